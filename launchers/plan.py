@@ -1,0 +1,170 @@
+"""The plan: the machine-readable form of a rendered scenario (``plan.json``).
+
+Everything downstream reads the plan, never the catalog: preflight checks it, the launcher
+executes it stage by stage, and the conformance suite takes its expected values from it.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ProcessKind = Literal["metaservice", "provider", "engine", "launcher", "proxy"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PortUse(_Model):
+    port: int
+    last: int | None = Field(None, description="end of a port range, inclusive")
+    purpose: str
+    listens: bool = Field(True, description="the process binds it (False: a range it may pick from)")
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.port, self.last if self.last is not None else self.port
+
+
+class Process(_Model):
+    id: str
+    node: str
+    kind: ProcessKind
+    script: str | None = Field(None, description="file inside the container that the kit runs with bash")
+    cwd: str
+    env: dict[str, str] = Field(description="resolved environment the program receives (from its scripts)")
+    unset: list[str] = Field(default_factory=list, description="variables the scripts unset")
+    sourced: list[str] = Field(default_factory=list)
+    argv: list[str] = Field(description="resolved argv the program finally receives")
+    positional: list[str] = Field(default_factory=list, description="$1..$7 when started by launch_online_dp.py")
+    ports: list[PortUse] = Field(default_factory=list)
+    api: str | None = Field(None, description="base URL when the process serves HTTP")
+    headless: bool = False
+    dp_rank: int | None = None
+    pp_rank: int | None = None
+    devices: list[int] = Field(default_factory=list)
+    log: str
+    children: list["Process"] = Field(default_factory=list)
+
+
+class Mount(_Model):
+    source: str
+    target: str
+    read_only: bool = False
+
+
+class Container(_Model):
+    name: str
+    image: str
+    shm_size: str
+    privileged: bool
+    network_mode: str
+    devices: list[str]
+    mounts: list[Mount]
+    command: list[str]
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Artefact(_Model):
+    name: str = Field(description="artefact name in the render output and golden (e.g. run_dp_template.sh)")
+    path: str = Field(description="where it lives inside the container")
+    mode: int = 0o644
+
+
+class NodePlan(_Model):
+    name: str
+    role: str
+    rank: int
+    address: str
+    nic: str
+    endpoint: str
+    platform: str
+    device_count: int
+    container: Container
+    artefacts: list[Artefact]
+    processes: list[Process]
+
+    def all_processes(self) -> list[Process]:
+        out = []
+        for proc in self.processes:
+            out.append(proc)
+            out.extend(proc.children)
+        return out
+
+
+class Gate(_Model):
+    kind: Literal["tcp", "http", "log", "metaservice_capacity"]
+    node: str
+    target: str = Field(description="host:port, URL or the log line awaited")
+    process: str | None = None
+    expect: int | None = None
+
+
+class Stage(_Model):
+    name: str
+    processes: list[str]
+    gates: list[Gate]
+    timeout_s: float
+
+
+class ApiEndpoint(_Model):
+    node: str
+    url: str
+    role: str
+    dp_ranks: list[int]
+
+
+class MetaExpect(_Model):
+    url: str
+    metrics_url: str
+    segments: int | None = Field(None, description="expected DRAM segments; None where the guide says to observe")
+    segment_bytes: int | None = None
+    total_bytes: int | None = None
+
+
+class Expect(_Model):
+    served_name: str
+    model_path: str
+    max_model_len: int
+    apis: list[ApiEndpoint]
+    entrypoint: str = Field(description="where clients send requests: the proxy on PD, node 0 on mixed")
+    proxy: str | None = None
+    dp_groups: dict[str, dict[int, str]] = Field(description="group -> DP rank -> node")
+    pp_groups: dict[str, dict[int, str]] = Field(default_factory=dict)
+    headless: list[str]
+    metaservice: MetaExpect | None = None
+    ports: dict[str, list[PortUse]] = Field(description="node -> ports its processes use")
+    language_model_only: bool = False
+    parsers: bool = True
+    kv_connector: bool = False
+    external_pool: bool = False
+    dp_routing: bool = False
+
+
+class Deviation(_Model):
+    id: str
+    scope: Literal["seed", "target", "kit"]
+    what: str
+    why: str
+
+
+class Plan(_Model):
+    scenario: str
+    title: str
+    seed: str
+    section: str
+    target: Literal["sim", "lab"]
+    platform: str
+    options: dict[str, str]
+    inventory: str
+    nodes: list[NodePlan]
+    stages: list[Stage]
+    expect: Expect
+    deviations: list[Deviation]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.name == name)
+
+    def processes(self) -> list[Process]:
+        return [p for n in self.nodes for p in n.all_processes()]

@@ -1,0 +1,31 @@
+"""The default inventory: what the sim target runs when no inventory is given."""
+from __future__ import annotations
+
+import ipaddress
+
+from . import catalog
+from .inventory import Inventory, Node, Sim
+
+
+def default(scenario_id: str, sim: Sim | None = None) -> Inventory:
+    """Nodes on the kit's private network, NIC eth0, the documented default ports."""
+    sc = catalog.get(scenario_id)
+    sim = sim or Sim()
+    net = ipaddress.ip_network(sim.subnet)
+    hosts = list(net.hosts())
+
+    def ip(offset: int) -> str:
+        return str(hosts[offset])
+
+    nodes: list[Node] = []
+    if sc.pd:
+        for i in range(sc.roles["prefill"]):
+            nodes.append(Node(name=f"p{i}", role="prefill", rank=i, local_ip=ip(10 + i), nic="eth0"))
+        for i in range(sc.roles["decode"]):
+            nodes.append(Node(name=f"d{i}", role="decode", rank=i, local_ip=ip(30 + i), nic="eth0"))
+    else:
+        for i in range(sc.roles["mixed"]):
+            nodes.append(Node(name=f"node{i}", role="mixed", rank=i, local_ip=ip(10 + i), nic="eth0"))
+    if sc.pool != "none":
+        nodes.append(Node(name="meta", role="metaservice", local_ip=ip(4), nic="eth0"))
+    return Inventory(scenario=scenario_id, sim=sim, nodes=nodes)

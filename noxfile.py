@@ -1,0 +1,76 @@
+"""Sessions: one per scenario (up, conformance, down), plus render, golden, preflight, tests, bench, lint.
+
+Arguments after ``--`` pass through: to ``k3lab up`` for scenario sessions (e.g. ``-- --keep``),
+to pytest for ``tests``/``golden``/``faults``.
+"""
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+SCENARIOS = ["a3_pd", "a3_pd_1m", "a3_pd_pooled", "a5_pd", "a5_pd_1m", "a5_pd_pooled", "k3_a3_mixed",
+             "k3_a3_mixed_1m", "k3_a3_mixed_toolcall", "k3_a3_mixed_perf", "k3_a3_pd", "k3_a2_mixed"]
+
+
+def install(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+
+
+def _scenario_session(scenario: str):
+    def run(session: nox.Session) -> None:
+        install(session)
+        session.run("k3lab", "cycle", scenario, *session.posargs)
+
+    run.__doc__ = f"Bring {scenario} up (sim unless --inventory), run the conformance suite, tear down."
+    return run
+
+
+for _sid in SCENARIOS:
+    nox.session(name=_sid)(_scenario_session(_sid))
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The kit's own tests: unit, golden, sim integration (needs Docker)."""
+    install(session)
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", *session.posargs)
+
+
+@nox.session
+def golden(session: nox.Session) -> None:
+    """Compare every rendered artefact with golden/ (add -- --snapshot-update to accept changes)."""
+    install(session)
+    session.run("pytest", "tests/unit/test_golden.py", *session.posargs)
+
+
+@nox.session
+def render(session: nox.Session) -> None:
+    """Render every scenario with the default inventory into build/render/."""
+    install(session)
+    for sid in SCENARIOS:
+        session.run("k3lab", "render", sid, "--out", f"build/render/{sid}", silent=True)
+
+
+@nox.session
+def preflight(session: nox.Session) -> None:
+    """Preflight every scenario with the default inventory and every example lab inventory."""
+    install(session)
+    for sid in SCENARIOS:
+        session.run("k3lab", "preflight", sid)
+        session.run("k3lab", "preflight", sid, "--inventory", f"fixtures/inventories/{sid}.yaml")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks, written as JSON to build/bench.json."""
+    install(session)
+    session.run("k3lab", "bench", "--out", "build/bench.json", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "launchers", "conformance", "tests", "--select", "E,F,W,I", "--line-length", "120")

@@ -1,0 +1,71 @@
+"""Inventory schema: every bad input is one clear line naming the field, and nothing renders."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from launchers import cli, inventory, render, siminventory
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures" / "inventories"
+
+
+def base() -> dict:
+    return siminventory.default("k3_a3_mixed").model_dump(mode="json")
+
+
+@pytest.mark.parametrize("mutate, field, words", [
+    (lambda d: d.update(nodez=[]), "nodez", "unknown key"),
+    (lambda d: d["nodes"][0].update(local_ipp="1.2.3.4"), "nodes.0.local_ipp", "unknown key"),
+    (lambda d: d["nodes"][1].update(name="node0"), "nodes", "duplicate node name"),
+    (lambda d: d["nodes"][1].update(local_ip=d["nodes"][0]["local_ip"]), "nodes", "share local_ip"),
+    (lambda d: d["nodes"][0].update(local_ip="10.0.0.300"), "nodes.0.local_ip", "not an IP address"),
+    (lambda d: d["ports"].update(api=70000), "ports.api", "out of range"),
+    (lambda d: d["ports"].update(hccl_range_prefill="9-1"), "ports.hccl_range_prefill", "ascending"),
+    (lambda d: d["nodes"][0].update(nic=""), "nodes.0.nic", "must name a network interface"),
+    (lambda d: d["nodes"][0].update(nic="eth 0"), "nodes.0.nic", "must name a network interface"),
+    (lambda d: d["nodes"][0].update(endpoint="http://x"), "nodes.0.endpoint", "unix:///path"),
+    (lambda d: d.update(proxy_node="nowhere"), "proxy_node", "not a node"),
+    (lambda d: d["paths"].update(workdir="relative"), "paths.workdir", "absolute path"),
+])
+def test_bad_inventory_names_the_field(mutate, field, words):
+    data = base()
+    mutate(data)
+    with pytest.raises(inventory.InventoryError) as exc:
+        inventory.parse(data)
+    lines = str(exc.value).splitlines()[1:]
+    assert any(line.startswith(field) and words in line for line in lines), lines
+
+
+def test_inventory_that_does_not_fit_the_scenario():
+    inv = siminventory.default("k3_a3_mixed")
+    with pytest.raises(inventory.InventoryError, match="needs 4 prefill node"):
+        render.build("a3_pd", inv.model_copy(update={"scenario": None}))
+
+
+def test_cli_reports_bad_inventory_and_renders_nothing(tmp_path, capsys):
+    data = base()
+    data["nodes"][0]["nic"] = ""
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    assert cli.main(["render", "k3_a3_mixed", "-i", str(path), "--out", str(out)]) == 2
+    assert "nodes.0.nic" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_json_schema_exports():
+    schema = inventory.json_schema()
+    assert "nodes" in schema["properties"] and schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_example_lab_inventories_render_and_pass_preflight(path, tmp_path):
+    inv = inventory.load(path)
+    r = render.build(inv.scenario, inv, target="lab")
+    from launchers import preflight
+    assert preflight.errors(preflight.run(r.plan, r.files)) == []
+
+
+def test_every_scenario_has_an_example_lab_inventory():
+    from launchers import catalog
+    assert {p.stem for p in FIXTURES.glob("*.yaml")} == set(catalog.SCENARIOS)
