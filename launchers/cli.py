@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     except (inventory.InventoryError, render.RenderError, catalog.UnknownScenario) as exc:
         print(f"k3lab: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a readiness gate failed: the message names node, process and log tail
+        print(f"k3lab: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

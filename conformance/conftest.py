@@ -1,0 +1,83 @@
+"""Fixtures for live checks: the run-state and plan of a deployment that is up, and node access.
+
+Checks reach nodes only through real interfaces: ``docker exec`` of the node's tools (testinfra's
+docker backend), HTTP endpoints and Prometheus text. Each node's checks share an xdist group so
+``-n N --dist loadgroup`` runs nodes in parallel.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import requests
+
+from launchers.plan import Plan
+
+
+def _run_dir(config) -> Path:
+    raw = config.getoption("--run-dir") or os.environ.get("K3LAB_RUN_DIR")
+    if not raw:
+        raise pytest.UsageError("conformance needs --run-dir RUN_DIR of a deployment that is up (k3lab up --keep)")
+    return Path(raw)
+
+
+def _plan(config) -> Plan:
+    return Plan.model_validate_json((_run_dir(config) / "plan.json").read_text())
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrize by node / API / engine from the plan, so each is its own test case."""
+    if not metafunc.config.getoption("--run-dir") and not os.environ.get("K3LAB_RUN_DIR"):
+        return
+    plan = _plan(metafunc.config)
+    if "node" in metafunc.fixturenames:
+        metafunc.parametrize("node", [pytest.param(n, id=n.name, marks=pytest.mark.xdist_group(n.name))
+                                      for n in plan.nodes])
+    if "api" in metafunc.fixturenames:
+        metafunc.parametrize("api", [pytest.param(a, id=f"{a.node}:{a.url.rsplit(':', 1)[1]}") for a in plan.expect.apis])
+    if "engine" in metafunc.fixturenames:
+        engines = [p for p in plan.processes() if p.kind == "engine"]
+        metafunc.parametrize("engine", [pytest.param(e, id=e.id, marks=pytest.mark.xdist_group(e.node))
+                                        for e in engines])
+
+
+@pytest.fixture(scope="session")
+def run_dir(pytestconfig) -> Path:
+    return _run_dir(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def plan(pytestconfig) -> Plan:
+    return _plan(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def state(run_dir) -> dict:
+    return json.loads((run_dir / "run-state.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def hosts(state):
+    """testinfra hosts per node, over docker exec of the node's container."""
+    import testinfra
+
+    return {node: testinfra.get_host(f"docker://{name}") for node, name in state["containers"].items()}
+
+
+@pytest.fixture(scope="session")
+def http():
+    session = requests.Session()
+    session.trust_env = False  # proxies never apply to the deployment's own addresses
+    key = os.environ.get("K3LAB_API_KEY")
+    if key:
+        session.headers["Authorization"] = f"Bearer {key}"
+    return session
+
+
+@pytest.fixture(scope="session")
+def entrypoint(plan) -> str:
+    return plan.expect.entrypoint
+
+

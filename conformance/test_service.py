@@ -1,0 +1,153 @@
+"""Models, limits, parsers, images and caches through the service entrypoint and each API."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+MARKERS = ("<think>", "</think>", "<|open|>", "<|sep|>", "<|close|>", "<|tool_calls_section_begin|>")
+
+
+def test_health(api, http):
+    r = http.get(f"{api.url}/health", timeout=5)
+    assert r.status_code == 200, f"{api.node}: /health answered {r.status_code}"
+
+
+def test_models_lists_served_name_and_limit(api, http, plan):
+    r = http.get(f"{api.url}/v1/models", timeout=5)
+    assert r.status_code == 200, f"{api.node}: /v1/models answered {r.status_code}: {r.text[:200]}"
+    models = {m["id"]: m for m in r.json()["data"]}
+    assert plan.expect.served_name in models, f"{api.node}: serves {list(models)}, expected {plan.expect.served_name}"
+    got = models[plan.expect.served_name].get("max_model_len")
+    assert got == plan.expect.max_model_len, f"{api.node}: max_model_len {got}, planned {plan.expect.max_model_len}"
+
+
+def test_proxy_answers(plan, http):
+    if not plan.expect.proxy:
+        pytest.skip("no proxy in this scenario")
+    r = http.get(f"{plan.expect.proxy}/healthcheck", timeout=5)
+    assert r.status_code == 200 and r.json().get("status") == "ok", f"proxy /healthcheck: {r.status_code} {r.text[:200]}"
+
+
+def _chat(http, entrypoint, plan, **body):
+    payload = {"model": plan.expect.served_name, "max_tokens": 64, "temperature": 0} | body
+    return http.post(f"{entrypoint}/v1/chat/completions", json=payload, timeout=60)
+
+
+def test_reasoning_is_parsed(http, entrypoint, plan):
+    r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Explain data parallelism in one sentence."}])
+    assert r.status_code == 200, f"chat: {r.status_code} {r.text[:300]}"
+    msg = r.json()["choices"][0]["message"]
+    content = msg.get("content") or ""
+    leaked = [m for m in MARKERS if m in content]
+    assert not leaked, f"content leaks {leaked}: the reasoning parser is missing or differs between engines"
+    reasoning = msg.get("reasoning") or msg.get("reasoning_content")
+    assert reasoning, "no reasoning field with thinking on: check --reasoning-parser kimi_k3 on every engine"
+
+
+def test_tool_call(http, entrypoint, plan):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+              "required": ["city", "days"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "forecast", "parameters": schema}}]
+    r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Weather in Paris for 3 days?"}],
+              tools=tools, tool_choice="auto")
+    assert r.status_code == 200, f"tool call: {r.status_code} {r.text[:300]} (check --enable-auto-tool-choice)"
+    choice = r.json()["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    assert calls, f"no tool_calls; finish_reason {choice.get('finish_reason')}; check --tool-call-parser kimi_k3"
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert set(schema["required"]) <= set(args), f"tool arguments {args} miss required {schema['required']}"
+    assert choice["finish_reason"] == "tool_calls"
+
+
+def test_streaming_content_is_clean(http, entrypoint, plan):
+    payload = {"model": plan.expect.served_name, "max_tokens": 48, "temperature": 0, "stream": True,
+               "messages": [{"role": "user", "content": "Say hello."}]}
+    with http.post(f"{entrypoint}/v1/chat/completions", json=payload, stream=True, timeout=60) as r:
+        assert r.status_code == 200, f"stream: {r.status_code}"
+        content = ""
+        for line in r.iter_lines(decode_unicode=True):
+            if line and line.startswith("data: ") and line != "data: [DONE]":
+                delta = json.loads(line[6:])["choices"][0].get("delta", {})
+                content += delta.get("content") or ""
+    assert not [m for m in MARKERS if m in content], f"streamed content leaks markers: {content[:200]!r}"
+
+
+def _png(rgb) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), rgb).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_image_request(http, entrypoint, plan):
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png((220, 20, 30))}},
+                                             {"type": "text", "text": "Describe the image."}]}]
+    r = _chat(http, entrypoint, plan, messages=messages, max_tokens=128)
+    if plan.expect.language_model_only:
+        assert r.status_code == 400, f"language-model-only service accepted an image ({r.status_code})"
+        return
+    assert r.status_code == 200, f"image request: {r.status_code} {r.text[:300]}"
+    text = (r.json()["choices"][0]["message"].get("content") or "").lower()
+    assert "red" in text, f"the description does not name the image's colour (red): {text[:200]!r}"
+
+
+def test_max_model_len_enforced(http, entrypoint, plan):
+    r = http.post(f"{entrypoint}/v1/completions", timeout=60, json={
+        "model": plan.expect.served_name, "prompt": "hi", "max_tokens": plan.expect.max_model_len + 1})
+    assert r.status_code == 400, f"a request over max_model_len {plan.expect.max_model_len} got {r.status_code}"
+
+
+def test_dp_rank_routing(http, plan):
+    if not plan.expect.dp_routing:
+        pytest.skip("X-data-parallel-rank applies to the internal-LB mixed services")
+    api = plan.expect.apis[0]
+    for rank in api.dp_ranks:
+        r = http.post(f"{api.url}/v1/completions", headers={"X-data-parallel-rank": str(rank)}, timeout=60,
+                      json={"model": plan.expect.served_name, "prompt": "ping", "max_tokens": 4})
+        assert r.status_code == 200, f"rank {rank}: {r.status_code} {r.text[:200]}"
+    r = http.post(f"{api.url}/v1/completions", headers={"X-data-parallel-rank": str(len(api.dp_ranks))}, timeout=60,
+                  json={"model": plan.expect.served_name, "prompt": "ping", "max_tokens": 4})
+    assert r.status_code == 400, f"an out-of-range DP rank got {r.status_code}, expected 400"
+
+
+def _counter(text: str, name: str) -> float:
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name:
+                total += s.value
+    return total
+
+
+def _external(http, plan) -> tuple[float, float]:
+    q = h = 0.0
+    for api in plan.expect.apis:
+        text = http.get(f"{api.url}/metrics", timeout=5).text
+        q += _counter(text, "vllm:external_prefix_cache_queries_total")
+        h += _counter(text, "vllm:external_prefix_cache_hits_total")
+    return q, h
+
+
+def test_external_cache_hits_on_repeated_prefix(http, entrypoint, plan):
+    if not plan.expect.kv_connector:
+        pytest.skip("no KV connector: external prefix cache does not apply")
+    prefix = " ".join(f"clause{i} of the shared contract" for i in range(300))
+    body = {"model": plan.expect.served_name, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": prefix + " Summarise."}]}
+    first = http.post(f"{entrypoint}/v1/chat/completions", json=body, timeout=120)
+    assert first.status_code == 200, f"first request: {first.status_code} {first.text[:200]}"
+    if plan.expect.proxy:
+        http.post(f"{plan.expect.proxy}/reset_prefix_cache", timeout=30)  # local caches only; the pool keeps its blocks
+    _, hits_before = _external(http, plan)
+    second = http.post(f"{entrypoint}/v1/chat/completions", json=body, timeout=120)
+    assert second.status_code == 200, f"second request: {second.status_code}"
+    _, hits_after = _external(http, plan)
+    assert hits_after > hits_before, ("external prefix cache hits did not rise on a repeated prefix: check "
+                                      "PYTHONHASHSEED on every engine, the KV connector and the MemCache pool")
+    assert first.json()["choices"][0]["message"] == second.json()["choices"][0]["message"], \
+        "outputs at temperature 0 differ between identical requests"

@@ -1,0 +1,93 @@
+"""Ranks, ports, headless nodes and the MetaService pool, seen live."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def _listening(host) -> set[int]:
+    """Ports in LISTEN state from /proc/net/tcp{,6}: present on every Linux node, no extra tool needed."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        out = host.run(f"cat {table}").stdout
+        for line in out.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_planned_ports_listen(node, hosts):
+    expected = [(u, p) for p in node.all_processes() for u in p.ports if u.listens]
+    if not expected:
+        pytest.skip("no listening ports planned on this node")
+    live = _listening(hosts[node.name])
+    missing = []
+    for use, _ in expected:
+        lo, hi = use.span
+        absent = [port for port in range(lo, hi + 1) if port not in live]
+        if absent:
+            missing.append(f"{use.purpose} {absent[:4]}{'...' if len(absent) > 4 else ''}")
+    assert not missing, f"{node.name}: not listening: {'; '.join(missing)}"
+
+
+def test_headless_nodes_expose_no_api(plan, http):
+    for name in plan.expect.headless:
+        node = plan.node(name)
+        port = next((int(a) for p in plan.processes() for a in [p.argv[p.argv.index('--port') + 1]]
+                     if p.node == name and p.kind == "engine" and "--port" in p.argv), None)
+        if port is None:
+            continue
+        try:
+            r = http.get(f"http://{node.address}:{port}/health", timeout=2)
+            pytest.fail(f"{name} is headless but answers HTTP on {port} ({r.status_code})")
+        except requests.RequestException:
+            pass
+
+
+def test_engine_ranks_claimed_once(plan, hosts):
+    """Each planned DP rank appears in exactly one live engine command line."""
+    seen: dict[tuple[str, int], list[str]] = {}
+    for node in plan.nodes:
+        # /proc/*/cmdline: every Linux node has it, unlike ps in slim images
+        out = hosts[node.name].run("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done").stdout
+        for line in out.splitlines():
+            if " serve " not in line or "vllm" not in line:
+                continue
+            m = re.search(r"--data-parallel-rank (\d+)", line) or re.search(r"--data-parallel-start-rank (\d+)", line)
+            rank = int(m.group(1)) if m else 0
+            if "--nnodes" in line:
+                continue  # PP groups are checked through their node rank
+            seen.setdefault((node.role, rank), []).append(node.name)
+    for role, ranks in plan.expect.dp_groups.items():
+        if role == "prefill" and plan.expect.pp_groups:
+            continue
+        for rank in ranks:
+            owners = seen.get((role, int(rank)), [])
+            assert len(owners) == 1, f"{role} DP rank {rank} claimed by {owners or 'no live engine'}"
+
+
+def test_metaservice_capacity(plan, http):
+    meta = plan.expect.metaservice
+    if meta is None:
+        pytest.skip("no MetaService in this scenario")
+    assert http.get(f"{meta.metrics_url}/health", timeout=5).json().get("status") == "ok"
+    text = http.get(f"{meta.metrics_url}/metrics", timeout=5).text
+    segments, total = {}, 0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "memcache_segment_capacity_bytes" and s.labels.get("segment", "").endswith("-dram"):
+                segments[s.labels["segment"]] = int(s.value)
+            if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram":
+                total = int(s.value)
+    if meta.segments is None:
+        assert total > 0, "MetaService reports no DRAM capacity: no pool member registered"
+        return
+    assert len(segments) == meta.segments, (f"{len(segments)} DRAM segment(s) registered, expected {meta.segments}: "
+                                            "a provider is missing; check its log for 'Successfully initialized'")
+    short = {k: v for k, v in segments.items() if v != meta.segment_bytes}
+    assert not short, f"segments with unexpected capacity {short}, expected {meta.segment_bytes} each"
+    assert total == meta.total_bytes, f"total DRAM {total}, expected {meta.total_bytes}"

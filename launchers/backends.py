@@ -1,0 +1,206 @@
+"""How the kit reaches nodes: the local Docker engine (sim) or each node's own endpoint (lab).
+
+A backend creates one container per planned node, stages files through the Docker API, runs
+commands with ``docker exec`` and removes everything by the run label. What to run and check is
+the plan's business, not the backend's (testinfra keeps the same split).
+"""
+from __future__ import annotations
+
+import io
+import ipaddress
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+
+import docker
+from docker.types import DeviceRequest, IPAMConfig, IPAMPool, Mount  # noqa: F401  (DeviceRequest kept for lab NPUs)
+
+from .plan import NodePlan, Plan
+
+LABEL = "k3lab.run"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs: set[str] = set()
+        for path, (data, mode) in sorted(files.items()):
+            rel = path.lstrip("/")
+            parts = PurePosixPath(rel).parents
+            for parent in reversed(list(parts)[:-1]):
+                if str(parent) not in dirs:
+                    info = tarfile.TarInfo(str(parent))
+                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+                    tar.addfile(info)
+                    dirs.add(str(parent))
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class Backend:
+    target = "abstract"
+
+    def __init__(self, plan: Plan, run_id: str) -> None:
+        self.plan = plan
+        self.run_id = run_id
+        self.containers: dict[str, docker.models.containers.Container] = {}
+
+    # --- per-target
+    def client(self, node: NodePlan) -> docker.DockerClient:
+        raise NotImplementedError
+
+    def container_kwargs(self, node: NodePlan) -> dict:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Target-wide setup before containers (image, network)."""
+
+    def cleanup_target(self) -> None:
+        """Target-wide teardown after containers."""
+
+    def stage_extra(self, node: NodePlan) -> dict[str, tuple[bytes, int]]:
+        return {}
+
+    # --- shared
+    def labels(self, node: NodePlan) -> dict[str, str]:
+        return {**node.container.labels, LABEL: self.run_id}
+
+    def create(self, node: NodePlan) -> None:
+        client = self.client(node)
+        kwargs = self.container_kwargs(node)
+        self.containers[node.name] = client.containers.create(detach=True, labels=self.labels(node), **kwargs)
+
+    def start(self, node: NodePlan) -> None:
+        self.containers[node.name].start()
+
+    def put(self, node: NodePlan, files: dict[str, tuple[bytes, int]]) -> None:
+        self.containers[node.name].put_archive("/", tar_of(files))
+
+    def exec(self, node: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, str]:
+        container = self.containers[node]
+        result = container.exec_run(["timeout", str(int(timeout)), *cmd], environment=env or {}, demux=False)
+        return result.exit_code, (result.output or b"").decode(errors="replace")
+
+    def exec_detached(self, node: str, cmd: list[str], env: dict[str, str], workdir: str) -> None:
+        self.containers[node].exec_run(cmd, environment=env, workdir=workdir, detach=True)
+
+    def remove_run(self) -> list[str]:
+        """Remove every container of this run, in reverse plan order, then target resources."""
+        removed = []
+        for node in reversed(self.plan.nodes):
+            client = self.client(node)
+            for c in client.containers.list(all=True, filters={"label": f"{LABEL}={self.run_id}"}):
+                try:
+                    c.remove(force=True)
+                    removed.append(c.name)
+                except docker.errors.NotFound:
+                    pass
+        self.cleanup_target()
+        return removed
+
+    def parallel(self, fn, nodes: list[NodePlan]) -> None:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(fn, nodes))
+
+
+class SimBackend(Backend):
+    """Every node is a container on a private bridge network on the local engine."""
+
+    target = "sim"
+
+    def __init__(self, plan: Plan, run_id: str, subnet: str, device_subnet: str) -> None:
+        super().__init__(plan, run_id)
+        self.engine = docker.from_env(timeout=120)
+        self.subnet = subnet
+        self.device_subnet = device_subnet
+        self.network_name = f"k3lab-{run_id}"
+        self.image = ""
+
+    def client(self, node: NodePlan) -> docker.DockerClient:
+        return self.engine
+
+    def prepare(self) -> None:
+        from .sim import image
+
+        self.image = image.ensure(self.engine)
+        self.host_mounts = image.host_mounts()
+        net = ipaddress.ip_network(self.subnet)
+        gateway = str(list(net.hosts())[0])
+        self.engine.networks.create(self.network_name, driver="bridge", labels={LABEL: self.run_id},
+                                    ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=self.subnet, gateway=gateway)]))
+
+    def cleanup_target(self) -> None:
+        for net in self.engine.networks.list(filters={"label": f"{LABEL}={self.run_id}"}):
+            try:
+                net.remove()
+            except docker.errors.APIError:
+                pass
+
+    def container_kwargs(self, node: NodePlan) -> dict:
+        networking = self.engine.api.create_networking_config(
+            {self.network_name: self.engine.api.create_endpoint_config(ipv4_address=node.address)})
+        return dict(image=self.image, name=f"k3lab-{self.run_id}-{node.name}", hostname=node.name,
+                    shm_size=node.container.shm_size, cap_add=["NET_ADMIN", "NET_RAW"], mounts=self.host_mounts,
+                    network=self.network_name, networking_config=networking)
+
+    def create(self, node: NodePlan) -> None:
+        kwargs = self.container_kwargs(node)
+        networking = kwargs.pop("networking_config")
+        kwargs.pop("network")
+        host_config = self.engine.api.create_host_config(
+            shm_size=kwargs.pop("shm_size"), cap_add=kwargs.pop("cap_add"), mounts=kwargs.pop("mounts"),
+            network_mode=self.network_name)
+        created = self.engine.api.create_container(
+            image=kwargs["image"], name=kwargs["name"], hostname=kwargs["hostname"], labels=self.labels(node),
+            host_config=host_config, networking_config=networking, detach=True)
+        self.containers[node.name] = self.engine.containers.get(created["Id"])
+
+    def stage_extra(self, node: NodePlan) -> dict[str, tuple[bytes, int]]:
+        """Simulated hardware description and the small checkpoints for /root/.cache."""
+        import json
+
+        index = [n.name for n in self.plan.nodes].index(node.name)
+        dnet = ipaddress.ip_network(self.device_subnet)
+        base = int(dnet.network_address)
+        devices = []
+        for d in range(node.device_count):
+            devices.append({"id": d, "ip": str(ipaddress.ip_address(base + (1 << 8) * (index + 1) + 10 + d)),
+                            "netmask": str(dnet.netmask),
+                            "vnic_ip": str(ipaddress.ip_address(base + (1 << 8) * (index + 101) + 10 + d)),
+                            "gateway": str(ipaddress.ip_address(base + 1))})
+        hw = {"node": node.name, "platform": node.platform, "device_count": node.device_count,
+              "host_ip": node.address, "nic": "eth0", "super_pod_id": 0, "server_index": index,
+              "devices": devices, "faults": {}}
+        files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
+        for path in (FIXTURES / "checkpoints").rglob("*"):
+            if path.is_file():
+                rel = path.relative_to(FIXTURES / "checkpoints")
+                files[f"/root/.cache/{rel}"] = (path.read_bytes(), 0o644)
+        return files
+
+
+class LabBackend(Backend):
+    """Real nodes: each node's own Docker endpoint, the documented docker run."""
+
+    target = "lab"
+
+    def __init__(self, plan: Plan, run_id: str) -> None:
+        super().__init__(plan, run_id)
+        self._clients: dict[str, docker.DockerClient] = {}
+
+    def client(self, node: NodePlan) -> docker.DockerClient:
+        if node.endpoint not in self._clients:
+            # ssh:// goes through paramiko, which verifies host keys against known_hosts (never auto-adds)
+            self._clients[node.endpoint] = docker.DockerClient(base_url=node.endpoint, timeout=120)
+        return self._clients[node.endpoint]
+
+    def container_kwargs(self, node: NodePlan) -> dict:
+        c = node.container
+        return dict(image=c.image, name=c.name, command=c.command, shm_size=c.shm_size, privileged=c.privileged,
+                    network_mode=c.network_mode, devices=[f"{d}:{d}" for d in c.devices],
+                    mounts=[Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                            for m in c.mounts])

@@ -1,0 +1,419 @@
+"""Bring a scenario up stage by stage, gate on readiness, collect evidence, always tear down.
+
+``up`` renders and preflights, creates the containers, stages files through the Docker API, then
+starts each stage's processes in parallel and waits for its gates (every wait has a timeout).
+A failing gate names the node and process that is pending or dead, with the tail of its log.
+Teardown (by run label, reverse order) runs on success unless ``--keep``, and always on
+failure, Ctrl-C and SIGTERM.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from . import preflight, render
+from .backends import LABEL, Backend, LabBackend, SimBackend
+from .plan import Gate, Plan, Process
+
+RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
+SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
+
+
+class GateFailed(RuntimeError):
+    pass
+
+
+class Interrupted(BaseException):
+    """SIGTERM, handled like Ctrl-C so teardown still runs."""
+
+
+def _log(msg: str) -> None:
+    print(f"[k3lab {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Run:
+    id: str
+    dir: Path
+    plan: Plan
+    rendered: render.Rendered
+    backend: Backend
+    timings: dict[str, float]
+
+    def state(self, status: str) -> dict:
+        return {"run": self.id, "status": status, "scenario": self.plan.scenario, "target": self.plan.target,
+                "plan": str(self.dir / "plan.json"), "run_dir": str(self.dir),
+                "containers": {n: c.name for n, c in self.backend.containers.items()},
+                "network": getattr(self.backend, "network_name", None),
+                "endpoints": {n.name: n.endpoint for n in self.plan.nodes}, "timings": self.timings}
+
+    def save(self, status: str) -> None:
+        (self.dir / "run-state.json").write_text(json.dumps(self.state(status), indent=2))
+
+
+# --------------------------------------------------------------------------------- processes
+
+
+def pid_file(proc: Process) -> str:
+    return f"{proc.cwd.rstrip('/')}/.k3lab/{proc.id.replace('/', '_')}.pid"
+
+
+def start_process(run: Run, proc: Process) -> None:
+    """Start one planned process detached; its shell records a PID so liveness can be checked."""
+    script = proc.script or ""
+    pid = pid_file(proc)
+    cmd = ("mkdir -p \"$(dirname \"$K3_PID\")\" \"$(dirname \"$K3_LOG\")\" && echo $$ > \"$K3_PID\" && "
+           "exec bash \"$K3_SCRIPT\" >> \"$K3_LOG\" 2>&1")
+    env = {"K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
+    if run.plan.target == "sim":
+        env["K3SIM_LOAD_SECONDS"] = os.environ.get("K3SIM_LOAD_SECONDS", "0.3")
+    secret = os.environ.get("K3LAB_API_KEY")
+    if secret and proc.kind in ("engine", "launcher"):
+        env["VLLM_API_KEY"] = secret
+    if secret and proc.kind == "proxy":
+        env["OPENAI_API_KEY"] = secret
+    run.backend.exec_detached(proc.node, ["bash", "-c", cmd], env=env, workdir=proc.cwd)
+
+
+def alive(run: Run, proc: Process) -> bool:
+    code, _ = run.backend.exec(proc.node, ["bash", "-c", f'kill -0 "$(cat {pid_file(proc)})"'], timeout=10)
+    return code == 0
+
+
+def log_tail(run: Run, proc: Process, lines: int = 20) -> str:
+    _, out = run.backend.exec(proc.node, ["tail", "-n", str(lines), proc.log], timeout=10)
+    return out
+
+
+# -------------------------------------------------------------------------------------- gates
+
+
+def gate_ok(run: Run, gate: Gate) -> bool:
+    try:
+        if gate.kind == "tcp":
+            host, port = gate.target.rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=1):
+                return True
+        if gate.kind == "http":
+            headers = {}
+            if os.environ.get("K3LAB_API_KEY") and "/v1/" in gate.target:
+                headers["Authorization"] = f"Bearer {os.environ['K3LAB_API_KEY']}"
+            return requests.get(gate.target, timeout=2, headers=headers).status_code == 200
+        if gate.kind == "log":
+            proc = next(p for p in run.plan.processes() if p.id == gate.process)
+            code, _ = run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10)
+            return code == 0
+        if gate.kind == "metaservice_capacity":
+            text = requests.get(gate.target, timeout=2).text
+            total = 0.0
+            for fam in text_string_to_metric_families(text):
+                for s in fam.samples:
+                    if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram":
+                        total += s.value
+            return int(total) == gate.expect
+    except (OSError, requests.RequestException, ValueError):
+        return False
+    return False
+
+
+def wait_stage(run: Run, stage, timeout: float, progress) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(stage.gates)
+    procs = {p.id: p for p in run.plan.processes()}
+    last_alive_check = 0.0
+    while pending:
+        pending = [g for g in pending if not gate_ok(run, g)]
+        if not pending:
+            break
+        progress(stage.name, len(stage.gates) - len(pending), len(stage.gates), pending[0])
+        now = time.monotonic()
+        if now - last_alive_check > 2:
+            last_alive_check = now
+            for pid in {g.process for g in pending if g.process}:
+                if not alive(run, procs[pid]):
+                    raise GateFailed(f"stage {stage.name}: {pid} on {procs[pid].node} exited before "
+                                     f"{_describe(pending[0])}; last log lines:\n{log_tail(run, procs[pid])}")
+        if now > deadline:
+            g = pending[0]
+            proc = procs.get(g.process) if g.process else None
+            tail = log_tail(run, proc) if proc else ""
+            raise GateFailed(f"stage {stage.name}: timed out after {timeout:.0f}s waiting for {_describe(g)} "
+                             f"({len(pending)} gate(s) pending); last log lines of {g.process}:\n{tail}")
+        time.sleep(0.25)
+
+
+def _describe(g: Gate) -> str:
+    return {"tcp": f"{g.target} to accept connections", "http": f"{g.target} to answer 200",
+            "log": f"'{g.target}' in the log of {g.process}",
+            "metaservice_capacity": f"{g.target} to report {g.expect} bytes of DRAM"}[g.kind]
+
+
+class Progress:
+    """Stage progress: a rich status line on a terminal, plain lines otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self.last = ""
+        self.started = time.monotonic()
+        self.status = None
+        if self.tty:
+            from rich.console import Console
+
+            self.status = Console().status("")
+            self.status.start()
+
+    def __call__(self, stage: str, done: int, total: int, gate: Gate) -> None:
+        line = f"{stage}: {done}/{total} gates ready, {time.monotonic() - self.started:.1f}s, waiting for {_describe(gate)}"
+        if self.status is not None:
+            self.status.update(line)
+        elif line.split(",")[0] != self.last:
+            self.last = line.split(",")[0]
+            _log(line)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+# ------------------------------------------------------------------------------------ up/down
+
+
+def _backend(plan: Plan, run_id: str, inv) -> Backend:
+    if plan.target == "sim":
+        return SimBackend(plan, run_id, inv.sim.subnet, inv.sim.device_subnet)
+    return LabBackend(plan, run_id)
+
+
+def _refuse_collision(plan: Plan) -> None:
+    import docker
+
+    if plan.target != "sim":
+        return
+    live = docker.from_env().containers.list(all=True, filters={"label": LABEL})
+    if live:
+        runs = sorted({c.labels.get(LABEL) for c in live})
+        raise SystemExit(f"k3lab: run(s) {', '.join(runs)} still up on the local engine; "
+                         f"'k3lab down --all' first (or 'k3lab down RUN')")
+
+
+def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
+       keep_on_failure: bool = False) -> Run:
+    from .cli import load_inventory
+
+    inv, inv_name = load_inventory(scenario, inventory_path)
+    tgt = target or ("lab" if inventory_path else "sim")
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    started = time.monotonic()
+    rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)
+    findings = preflight.run(rendered.plan, rendered.files)
+    errors = preflight.errors(findings)
+    if errors:
+        for f in errors:
+            print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+        raise SystemExit(f"k3lab: preflight failed with {len(errors)} error(s); nothing was started")
+    plan = rendered.plan
+    _refuse_collision(plan)
+    run_dir = RUNS / run_id
+    render.write(rendered, run_dir / "rendered")
+    (run_dir / "plan.json").write_text(render.plan_json(plan))
+    run = Run(run_id, run_dir, plan, rendered, _backend(plan, run_id, inv), {"render_preflight_s": time.monotonic() - started})
+    run.save("starting")
+    _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    progress = Progress()
+    try:
+        t = time.monotonic()
+        run.backend.prepare()
+        run.backend.parallel(run.backend.create, plan.nodes)
+        run.backend.parallel(lambda n: run.backend.put(n, _node_files(run, n)), plan.nodes)
+        run.backend.parallel(run.backend.start, plan.nodes)
+        run.timings["containers_s"] = time.monotonic() - t
+        run.save("starting")
+        for stage in plan.stages:
+            t = time.monotonic()
+            for pid in stage.processes:
+                start_process(run, next(p for p in plan.processes() if p.id == pid))
+            timeout = min(stage.timeout_s, SIM_TIMEOUT_S) if tgt == "sim" else stage.timeout_s
+            wait_stage(run, stage, timeout, progress)
+            run.timings[f"stage_{stage.name}_s"] = time.monotonic() - t
+            _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
+        run.timings["up_s"] = time.monotonic() - started
+        run.save("up")
+        _log(f"run {run_id} is up in {run.timings['up_s']:.1f}s; entrypoint {plan.expect.entrypoint}")
+        return run
+    except (Exception, KeyboardInterrupt, Interrupted) as exc:
+        progress.stop()
+        collect(run)
+        run.save("failed")
+        if not keep_on_failure:
+            down(run)
+        if isinstance(exc, (KeyboardInterrupt, Interrupted)):
+            raise SystemExit(130)
+        raise
+    finally:
+        progress.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm(signum, frame):
+    raise Interrupted()
+
+
+def _node_files(run: Run, node) -> dict[str, tuple[bytes, int]]:
+    files = dict(run.backend.stage_extra(node))
+    for art in node.artefacts:
+        if art.path.startswith("/"):
+            files[art.path] = (run.rendered.files[node.name][art.name].encode(), art.mode)
+    return files
+
+
+def collect(run: Run) -> None:
+    """Evidence into the run dir: each process log, docker inspect, metrics of every API."""
+    evidence = run.dir / "evidence"
+    evidence.mkdir(parents=True, exist_ok=True)
+    for node in run.plan.nodes:
+        if node.name not in run.backend.containers:
+            continue
+        ndir = evidence / node.name
+        ndir.mkdir(exist_ok=True)
+        try:
+            container = run.backend.containers[node.name]
+            container.reload()
+            (ndir / "inspect.json").write_text(json.dumps(container.attrs, indent=2, default=str))
+            for log in sorted({p.log for p in node.all_processes()}):
+                _, out = run.backend.exec(node.name, ["cat", log], timeout=10)
+                (ndir / Path(log).name).write_text(_redact(out))
+        except Exception as exc:  # evidence is best effort; teardown must still run
+            (ndir / "collect-error.txt").write_text(repr(exc))
+    for api in run.plan.expect.apis:
+        try:
+            text = requests.get(f"{api.url}/metrics", timeout=2).text
+            (evidence / f"metrics-{api.node}-{api.url.rsplit(':', 1)[1]}.prom").write_text(text)
+        except requests.RequestException:
+            pass
+
+
+def _redact(text: str) -> str:
+    secret = os.environ.get("K3LAB_API_KEY")
+    return text.replace(secret, "<redacted>") if secret else text
+
+
+def down(run: Run) -> None:
+    t = time.monotonic()
+    removed = run.backend.remove_run()
+    run.timings["teardown_s"] = time.monotonic() - t
+    run.save("down")
+    _log(f"run {run.id}: removed {len(removed)} container(s) and the run network in {run.timings['teardown_s']:.1f}s")
+
+
+def down_all() -> int:
+    import docker
+
+    client = docker.from_env()
+    count = 0
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        c.remove(force=True)
+        count += 1
+    for net in client.networks.list(filters={"label": LABEL}):
+        net.remove()
+    _log(f"removed {count} container(s) of k3lab runs")
+    return 0
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def _opts(items: list[str]) -> dict[str, str]:
+    return dict(i.split("=", 1) for i in items)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    run = up(args.scenario, args.inventory, _opts(args.option), args.target)
+    if not args.keep:
+        collect(run)
+        down(run)
+    print(run.dir)
+    return 0
+
+
+def cmd_cycle(args: argparse.Namespace) -> int:
+    """up, conformance suite, down; exit status is the suite's."""
+    run = up(args.scenario, args.inventory, _opts(args.option), args.target)
+    code = 1
+    try:
+        t = time.monotonic()
+        pytest_args = [sys.executable, "-m", "pytest", str(Path(__file__).resolve().parent.parent / "conformance"),
+                       f"--run-dir={run.dir}", "-p", "no:cacheprovider", f"--junitxml={run.dir / 'junit.xml'}",
+                       *args.pytest_args]
+        code = subprocess.call(pytest_args, timeout=args.conformance_timeout)
+        run.timings["conformance_s"] = time.monotonic() - t
+    except subprocess.TimeoutExpired:
+        _log(f"conformance suite timed out after {args.conformance_timeout}s")
+    except (KeyboardInterrupt, Interrupted):
+        code = 130
+    finally:
+        collect(run)
+        if not args.keep:
+            down(run)
+        else:
+            run.save("up")
+    _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
+    return code
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    if args.all or not args.run:
+        return down_all()
+    import docker
+
+    client = docker.from_env()
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}={args.run}"}):
+        c.remove(force=True)
+    for net in client.networks.list(filters={"label": f"{LABEL}={args.run}"}):
+        net.remove()
+    _log(f"run {args.run}: removed")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import docker
+
+    client = docker.from_env()
+    flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
+    for c in client.containers.list(all=True, filters=flt):
+        print(f"{c.labels.get(LABEL)}  {c.labels.get('k3lab.node', '?'):8} {c.status:10} {c.name}")
+    return 0
+
+
+def add_commands(sub, scenario_args) -> None:
+    p = sub.add_parser("up", help="bring a scenario up (sim by default, lab with --inventory)")
+    scenario_args(p)
+    p.add_argument("--target", choices=["sim", "lab"])
+    p.add_argument("--keep", action="store_true", help="leave the deployment up")
+    p.set_defaults(fn=cmd_up)
+    p = sub.add_parser("cycle", help="up, run the conformance suite, down")
+    scenario_args(p)
+    p.add_argument("--target", choices=["sim", "lab"])
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--conformance-timeout", type=float, default=1800)
+    p.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
+    p.set_defaults(fn=cmd_cycle)
+    p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
+    p.add_argument("run", nargs="?")
+    p.add_argument("--all", action="store_true")
+    p.set_defaults(fn=cmd_down)
+    p = sub.add_parser("status", help="containers of a run (or of all runs)")
+    p.add_argument("run", nargs="?")
+    p.set_defaults(fn=cmd_status)

@@ -1,0 +1,116 @@
+"""The sim node image, built with no registry: ``docker import`` of a small root filesystem.
+
+The image holds only the stand-ins (``launchers/sim/rootfs``) and mount points. Programs come from
+the host, mounted read-only: ``/usr`` subtrees for bash and coreutils, and the kit's own Python
+(``sys.prefix`` and ``sys.base_prefix``) for the stand-ins. ``python``/``python3`` on the node's
+PATH are wrappers around that interpreter with the stand-in packages on ``PYTHONPATH``. The tag
+is a hash of everything that goes in, so a rebuild happens only when something changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import docker
+from docker.types import Mount
+
+ROOTFS = Path(__file__).resolve().parent / "rootfs"
+REPO = "k3lab-sim"
+SITE = "/opt/k3lab-sim/site"
+HOST_DIRS = ["/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/share/zoneinfo"]
+HOST_FILES = ["/etc/ld.so.cache", "/etc/alternatives"]
+SKELETON_DIRS = ["bin", "etc", "tmp", "root", "root/.cache", "run", "var/log", "var/tmp", "dev", "proc", "sys",
+                 "home", "mnt", "etc/k3lab-sim", "run/k3lab-sim"]
+
+
+def python_dirs() -> list[str]:
+    """Host directories the kit's interpreter needs (venv and its base install)."""
+    dirs = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.prefix}
+    exe = Path(sys.executable)
+    dirs.add(str(exe.parent.parent))
+    return sorted(d for d in dirs if os.path.isdir(d))
+
+
+def host_mounts() -> list[Mount]:
+    mounts = []
+    for path in HOST_DIRS + HOST_FILES + python_dirs():
+        if os.path.exists(path):
+            mounts.append(Mount(target=path, source=path, type="bind", read_only=True))
+    return mounts
+
+
+def _wrapper(python: str) -> bytes:
+    return (f'#!/bin/sh\nexport PYTHONPATH="{SITE}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+            f'exec {python} "$@"\n').encode()
+
+
+def _tar() -> tuple[bytes, str]:
+    buf = io.BytesIO()
+    digest = hashlib.sha256()
+    mtime = 0  # reproducible archive
+
+    def add_dir(name: str, mode: int = 0o755) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, mtime
+        tar.addfile(info)
+
+    def add_file(name: str, data: bytes, mode: int) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, mtime
+        tar.addfile(info, io.BytesIO(data))
+        digest.update(name.encode() + b"\0" + data)
+
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in SKELETON_DIRS:
+            add_dir(d, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
+        for link, target in (("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")):
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, mtime
+            tar.addfile(info)
+        add_file("etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/bin/false\n", 0o644)
+        add_file("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)
+        seen_dirs: set[str] = set(SKELETON_DIRS)
+        for path in sorted(ROOTFS.rglob("*")):
+            rel = path.relative_to(ROOTFS).as_posix()
+            if "__pycache__" in rel or rel.endswith(".pyc"):
+                continue
+            if path.is_dir():
+                if rel not in seen_dirs:
+                    add_dir(rel)
+                    seen_dirs.add(rel)
+            else:
+                add_file(rel, path.read_bytes(), path.stat().st_mode & 0o777)
+        # bash lives at /usr/bin/bash on merged-/usr hosts; /bin/bash and /bin/sh are what scripts name
+        for name in ("bash", "sh"):
+            info = tarfile.TarInfo(f"bin/{name}")
+            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, f"/usr/bin/{name}", mtime
+            tar.addfile(info)
+        for name in ("python", "python3"):
+            add_file(f"usr/local/bin/{name}", _wrapper(sys.executable), 0o755)
+    digest.update(sys.executable.encode())
+    return buf.getvalue(), digest.hexdigest()[:12]
+
+
+def ensure(client: docker.DockerClient | None = None) -> str:
+    """Build (or reuse) the image; return its tag."""
+    client = client or docker.from_env()
+    data, tag = _tar()
+    ref = f"{REPO}:{tag}"
+    try:
+        client.images.get(ref)
+        return ref
+    except docker.errors.ImageNotFound:
+        pass
+    started = time.monotonic()
+    client.api.import_image_from_data(
+        data, repository=REPO, tag=tag,
+        changes=['ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin',
+                 'ENV LANG=C.UTF-8', 'WORKDIR /root', 'CMD ["/opt/k3lab-sim/bin/node-init"]'])
+    client.images.get(ref)
+    print(f"built sim image {ref} in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return ref

@@ -1,0 +1,187 @@
+"""``hccn_tool`` stand-in: the ``-g`` (get) queries of the multi-node verification steps.
+
+Output strings are the real ones (ascend-components.md §3.2). State comes from the node file on
+every call; ``-ping`` and ``-hccs_ping`` send real ICMP echoes from the device (or vNIC) address,
+which node-init added to the node NIC, so they fail exactly when the peer address is unreachable.
+"""
+from __future__ import annotations
+
+import sys
+
+from k3sim import hw
+
+PING_TIMEOUT_S = 1.0
+PING_COUNT = 3
+NO_IP = "Get ipconf failed, because no ip was preset there!"
+UNSUPPORTED = "This device does not support this function."
+USAGE = "Usage: hccn_tool -i <device_id> <-link|-net_health|-ip|-vnic|-netdetect|-gateway|-lldp|-tls|-ping|-hccs_ping> -g [options]"
+# Exit statuses: parameter errors, failed operations, and "no ip preset" (its real code).
+EXIT_PARAM, EXIT_FAIL, EXIT_NO_IP = 255, 1, 13
+
+
+class Fail(Exception):
+    def __init__(self, message: str, status: int = EXIT_FAIL):
+        super().__init__(message)
+        self.status = status
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        node, device_id, command, rest = parse(args)
+        lines, status = COMMANDS[command](node, device_id, rest)
+        for line in lines:
+            print(line)
+        return status
+    except Fail as exc:
+        print(exc)
+        return exc.status
+
+
+def parse(args: list[str]) -> tuple[hw.Node, int, str, list[str]]:
+    if len(args) < 4 or args[0] != "-i" or args[2] not in COMMANDS or args[3] != "-g":
+        raise Fail(USAGE, EXIT_PARAM)
+    node = hw.node()
+    if not args[1].isdigit() or int(args[1]) >= node.device_count:
+        raise Fail(f"device id [{args[1]}] is invalid.", EXIT_PARAM)
+    return node, int(args[1]), args[2], args[4:]
+
+
+def state(node: hw.Node, device_id: int) -> tuple[dict, dict]:
+    return node.device(device_id) or {}, node.device_faults(device_id)
+
+
+def link(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    _, fault = state(node, device_id)
+    return [f"link status: {fault.get('link', 'UP')}"], 0
+
+
+def net_health(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    dev, fault = state(node, device_id)
+    if "net_health" in fault:
+        status = fault["net_health"]
+    elif fault.get("link", "UP") != "UP":
+        status = "Fault"  # the device cannot reach its netdetect address over a down link
+    elif fault.get("no_ip") or not dev.get("ip"):
+        status = "Init"
+    else:
+        status = "Success"
+    return [f"net health status: {status}"], 0
+
+
+def ip(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    dev, fault = state(node, device_id)
+    if fault.get("no_ip") or not dev.get("ip"):
+        return [NO_IP], EXIT_NO_IP
+    return [f"ipaddr:{dev['ip']}", f"netmask:{dev.get('netmask', '255.255.255.0')}"], 0
+
+
+def vnic(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    if node.platform != "A3":
+        return [UNSUPPORTED], EXIT_FAIL
+    dev, fault = state(node, device_id)
+    return [f"vnic link status: {fault.get('vnic_link', 'UP')}",
+            f"vnic ipaddr: {dev.get('vnic_ip', '')}",
+            f"vnic netmask: {dev.get('vnic_netmask', dev.get('netmask', '255.255.255.0'))}"], 0
+
+
+def netdetect(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    dev, _ = state(node, device_id)
+    return [f"netdetect address: {dev.get('netdetect', dev.get('gateway', ''))}"], 0
+
+
+def gateway(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    dev, _ = state(node, device_id)
+    return [f"default gateway:{dev.get('gateway', '')}, Iface:eth0"], 0
+
+
+def lldp(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    _, fault = state(node, device_id)
+    if fault.get("link", "UP") != "UP":
+        return [], 0  # no neighbour is learnt over a down link
+    server = int(node.data.get("server_index", 0))
+    return ["Chassis ID TLV", f"\tMAC: 2c:52:af:{server:02x}:00:01", "Port ID TLV",
+            f"\tIfname: 400GE1/{server + 1}/{device_id + 1}:1", "Time to Live TLV", "\t121",
+            "System Name TLV", "\tk3lab-leaf-1", "End of LLDPDU TLV"], 0
+
+
+def tls(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
+    _, fault = state(node, device_id)
+    return [f"dev_id:{device_id}, tls switch[{fault.get('tls_switch', 0)}](0:disable, 1:enable), "
+            "tls preconfigured[1](0:non-preset, 1:preset), tls alarm time threshold[60]days"], 0
+
+
+def ping_options(rest: list[str]) -> tuple[str, int]:
+    opts = dict(zip(rest[::2], rest[1::2]))
+    if len(rest) % 2 or "address" not in opts or set(opts) - {"address", "cnt"}:
+        raise Fail(USAGE, EXIT_PARAM)
+    count = opts.get("cnt", str(PING_COUNT))
+    if not count.isdigit() or not 1 <= int(count) <= 100:
+        raise Fail(USAGE, EXIT_PARAM)
+    return opts["address"], int(count)
+
+
+def echoes(node: hw.Node, source: str, target: str, count: int, blocked: bool) -> list[float | None]:
+    """Round trip per packet (None = lost); a blocked path loses every packet without sending."""
+    if blocked or target in node.unreachable():
+        return [None] * count
+    from k3sim.icmp import Pinger  # raw sockets only for the ping commands
+
+    try:
+        pinger = Pinger(source)
+    except OSError:
+        return [None] * count  # the device address is not up on the NIC: nothing leaves the device
+    try:
+        return [pinger.echo(target, seq, PING_TIMEOUT_S) for seq in range(count)]
+    except OSError:
+        return [None] * count
+    finally:
+        pinger.close()
+
+
+def ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str], int]:
+    target, count = ping_options(rest)
+    dev, fault = state(node, device_id)
+    if fault.get("no_ip") or not dev.get("ip"):
+        return [NO_IP], EXIT_NO_IP
+    sibling = node.device(device_id ^ 1) if node.platform == "A3" else None
+    # The two dies of one A3 card cannot RoCE-ping each other.
+    blocked = fault.get("link", "UP") != "UP" or bool(sibling and sibling.get("ip") == target)
+    rtts = echoes(node, dev["ip"], target, count, blocked)
+    lines = [f"device {device_id} PING {target}"]
+    lines += [f"recv seq={seq},time={rtt * 1000:.6f}ms" if rtt is not None else f"recv time out seq={seq}"
+              for seq, rtt in enumerate(rtts)]
+    received = sum(rtt is not None for rtt in rtts)
+    lines.append(f"{count} packets transmitted, {received} received, {(count - received) * 100 / count:.2f}% packet loss")
+    return lines, 0 if received == count else EXIT_FAIL
+
+
+def hccs_ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str], int]:
+    if node.platform != "A3":
+        return [UNSUPPORTED], EXIT_FAIL
+    target, count = ping_options(rest)
+    dev, fault = state(node, device_id)
+    blocked = fault.get("vnic_link", "UP") != "UP" or not dev.get("vnic_ip")
+    rtts = echoes(node, dev.get("vnic_ip", ""), target, count, blocked)
+    lines = [f"device {device_id} PING {target}"]
+    for seq, rtt in enumerate(rtts):
+        lines.append("This pkt ping success!" if rtt is not None else "This pkt check recv msg fail!")
+        lines.append(f"recv seq {seq}, time = {us(rtt or 0.0)}, L1 plane check result = 0x0")
+    ok = sorted(rtt for rtt in rtts if rtt is not None)
+    lines += [f"{count} packets transmitted, {len(ok)} received, {(count - len(ok)) * 100 / count:.2f}% packets loss",
+              f"max time {us(ok[-1] if ok else 0.0)}", f"min time {us(ok[0] if ok else 0.0)}",
+              f"average time {us(sum(ok) / len(ok) if ok else 0.0)}",
+              f"TP95 time {us(ok[int(0.95 * len(ok))] if ok else 0.0)}"]
+    return lines, 0 if len(ok) == count else EXIT_FAIL
+
+
+def us(seconds: float) -> str:
+    nanos = int(seconds * 1e9)
+    return f"{nanos // 1000}.{nanos % 1000:03d}us"
+
+
+COMMANDS = {"-link": link, "-net_health": net_health, "-ip": ip, "-vnic": vnic, "-netdetect": netdetect,
+            "-gateway": gateway, "-lldp": lldp, "-tls": tls, "-ping": ping, "-hccs_ping": hccs_ping}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The simulated hardware of one node: what a real driver would know.
+
+Only stand-ins read this file (``npu-smi``, ``hccn_tool``, the ``vllm`` engine, MemCache). Conformance
+checks never do: they use the stand-ins' real command-line and HTTP interfaces, exactly as on a
+real node. Faults are injected by rewriting the ``faults`` section of the file (``k3sim.fault``);
+every stand-in re-reads the file on each call, so a fault takes effect in a running node.
+
+Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json``)::
+
+    {
+      "node": "p0",                      # inventory node name
+      "platform": "A3" | "A2" | "950DT",
+      "device_count": 16,                 # A3 16, A2 8, 950DT 8
+      "host_ip": "172.30.0.11",          # the node's eth0 address
+      "nic": "eth0",
+      "super_pod_id": 0, "server_index": 0,
+      "devices": [                        # one per logical device, id 0..device_count-1
+        {"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0",
+         "vnic_ip": "10.89.1.11", "gateway": "10.88.0.1"}
+      ],
+      "faults": {                          # all optional; absent means healthy
+        "devices": {"3": {"health": "Alarm", "link": "DOWN", "net_health": "Fault",
+                           "tls_switch": 1, "no_ip": true}},
+        "unreachable": ["10.88.1.12"],    # device/vnic addresses this node cannot reach
+        "engine": {"crash_after_s": 5, "hang": true, "slow_start_s": 30,
+                    "hash_seed": "7", "drop_kv_handshake": true},
+        "provider": {"dram_size": "512MB", "exit": true},
+        "metaservice": {"exit": true}
+      }
+    }
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+NODE_FILE_ENV = "K3SIM_NODE_FILE"
+DEFAULT_NODE_FILE = "/etc/k3lab-sim/node.json"
+DEVICE_COUNT = {"A3": 16, "A2": 8, "950DT": 8}
+
+
+def node_file() -> Path:
+    return Path(os.environ.get(NODE_FILE_ENV, DEFAULT_NODE_FILE))
+
+
+def load() -> dict[str, Any]:
+    """The node description, re-read on every call so injected faults apply at once."""
+    path = node_file()
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        # A node without a description behaves as a healthy A3 with no device network.
+        return {"node": "standalone", "platform": "A3", "device_count": 16, "devices": [], "faults": {}}
+
+
+class Node:
+    """One consistent reading of the node file: a command reads it once and asks this."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+
+    @property
+    def platform(self) -> str:
+        return str(self.data.get("platform", "A3"))
+
+    @property
+    def device_count(self) -> int:
+        return int(self.data.get("device_count", DEVICE_COUNT.get(self.platform, 16)))
+
+    @property
+    def nic(self) -> str:
+        return str(self.data.get("nic", "eth0"))
+
+    def device(self, device_id: int) -> dict[str, Any] | None:
+        for dev in self.data.get("devices", []):
+            if int(dev["id"]) == device_id:
+                return dev
+        return None
+
+    def faults(self, section: str) -> dict[str, Any]:
+        return dict(self.data.get("faults", {}).get(section, {}) or {})
+
+    def device_faults(self, device_id: int) -> dict[str, Any]:
+        return dict(self.faults("devices").get(str(device_id), {}) or {})
+
+    def unreachable(self) -> set[str]:
+        return set(self.data.get("faults", {}).get("unreachable", []) or [])
+
+
+def node() -> Node:
+    return Node(load())
+
+
+def faults(section: str) -> dict[str, Any]:
+    return node().faults(section)
+
+
+def device_faults(device_id: int) -> dict[str, Any]:
+    return node().device_faults(device_id)
+
+
+def device(device_id: int) -> dict[str, Any] | None:
+    return node().device(device_id)
+
+
+def device_count() -> int:
+    return node().device_count
+
+
+def platform() -> str:
+    return node().platform
+
+
+def save(data: dict[str, Any]) -> None:
+    """Replace the node file atomically so a concurrent reader sees the old or the new file."""
+    path = node_file()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)

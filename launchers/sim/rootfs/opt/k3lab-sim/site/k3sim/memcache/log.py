@@ -1,0 +1,46 @@
+"""MemCache's log line format, e.g.
+``2025-11-27 15:35:48.075697 info 528 [MMC mmc_bm_proxy.cpp:72] init bm success, ...``.
+"""
+from __future__ import annotations
+
+import datetime
+import sys
+import threading
+from pathlib import Path
+
+
+def line(level: str, tag: str, message: str) -> str:
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+    return f"{now} {level} {threading.get_native_id()} [{tag}] {message}"
+
+
+class Log:
+    """Writes each line to stdout and, once ``to_file`` was called, to that file as well."""
+
+    def __init__(self) -> None:
+        self.file: Path | None = None
+        self.lock = threading.Lock()
+
+    def to_file(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        self.file = path
+
+    def write(self, level: str, tag: str, message: str) -> None:
+        text = line(level, tag, message)
+        with self.lock:
+            print(text, flush=True)
+            if self.file is not None:
+                with self.file.open("a") as out:
+                    out.write(text + "\n")
+
+    def info(self, tag: str, message: str) -> None:
+        self.write("info", tag, message)
+
+    def error(self, tag: str, message: str) -> None:
+        self.write("error", tag, message)
+
+
+def stderr(message: str) -> None:
+    """The process's own console messages (std::cerr in the real service)."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,263 @@
+"""``MetaService.main()``: the blocking MemCache metadata service (mmc_meta_service_process.cpp).
+
+It takes the single-instance lock, loads ``MMC_META_CONFIG_PATH``, binds the meta service port
+(client requests), the config store port (BM rank joins) and the HTTP port, then runs until
+SIGINT/SIGTERM. Console messages and return codes are the real ones; failures return -1.
+"""
+from __future__ import annotations
+
+import fcntl
+import itertools
+import os
+import signal
+import socketserver
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from k3sim import hw
+from k3sim.memcache import codes, config, http_api, wire
+from k3sim.memcache.log import Log, stderr
+from k3sim.memcache.pool import Pool
+
+# The real single-instance lock; tests running in parallel give each MetaService its own.
+LOCK_FILE = os.environ.get("K3SIM_MMC_LOCK_FILE", "/tmp/mmc_meta_service.lock")
+TAG = "MMC mmc_meta_service_process.cpp"
+LOG_LEVELS = {"debug": 0, "info": 1, "warn": 2, "error": 3}
+FAULT_POLL_S = 0.5
+SHUTDOWN_POLL_S = 0.1  # how soon a stopping server notices; also bounds the stop time
+_connection_ids = itertools.count(1)
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def meta_handler(pool: Pool) -> type[socketserver.StreamRequestHandler]:
+    """Client requests; whatever a connection mounted is unmounted when it closes."""
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            conn = next(_connection_ids)
+            try:
+                for line in self.rfile:
+                    self.wfile.write(wire.frame(dispatch(pool, conn, wire.unframe(line))))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a broken or garbled client loses its connection, like any transport error
+            finally:
+                pool.unmount(conn)
+
+    return Handler
+
+
+def config_store_handler(pool: Pool) -> type[socketserver.StreamRequestHandler]:
+    """BM joins: a rank is held for as long as the joining connection stays open."""
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            conn = next(_connection_ids)
+            try:
+                for line in self.rfile:
+                    request = wire.unframe(line)
+                    if request.get("op") != "join":
+                        reply: dict[str, Any] = {"ret": codes.MMC_INVALID_PARAM, "error": "unknown request"}
+                    else:
+                        ret, rank, reason = pool.join(conn, int(request["world_size"]))
+                        reply = {"ret": ret, "rank": rank, "error": reason}
+                    self.wfile.write(wire.frame(reply))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            finally:
+                pool.leave(conn)
+
+    return Handler
+
+
+def dispatch(pool: Pool, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    if op == "mount":
+        return {"ret": pool.mount(conn, int(request["rank"]), request["medium"], int(request["capacity"]))}
+    if op == "put":
+        return {"ret": pool.put(request["key"], wire.unpack(request["value"]))}
+    if op == "batch_put":
+        values = [wire.unpack(v) for v in request["values"]]
+        return {"ret": codes.MMC_OK, "results": pool.batch_put(request["keys"], values)}
+    if op == "get":
+        ret, value = pool.get(request["key"])
+        return {"ret": ret, "value": wire.pack(value)}
+    if op == "batch_get":
+        found = pool.batch_get(request["keys"])
+        return {"ret": codes.MMC_OK, "results": [r for r, _ in found], "values": [wire.pack(v) for _, v in found]}
+    if op == "exist":
+        return {"ret": pool.exist(request["key"])}
+    if op == "batch_exist":
+        return {"ret": codes.MMC_OK, "results": pool.batch_exist(request["keys"])}
+    if op == "remove":
+        return {"ret": pool.remove(request["key"])}
+    return {"ret": codes.MMC_INVALID_PARAM, "error": f"unknown op {op}"}
+
+
+def take_lock() -> int | None:
+    """The real CheckIsRunning: an fcntl write lock on /tmp/mmc_meta_service.lock."""
+    try:
+        fd = os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError as exc:
+        stderr(f"Open file {LOCK_FILE} failed, error message is {exc.strerror}.")
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        stderr("Fail to start mmc_meta_service, process lock file is locked.")
+        os.close(fd)
+        return None
+    return fd
+
+
+def load_config() -> dict[str, Any] | None:
+    path = os.environ.get("MMC_META_CONFIG_PATH")
+    if not path:
+        print("[WARNING] MMC_META_CONFIG_PATH is not set. All configuration items use default values.", flush=True)
+    try:
+        values = config.load(path or None, config.META)
+    except config.ConfigError as exc:
+        if exc.stage == "load":
+            for message in exc.messages:
+                stderr(message)
+            stderr("Failed to load config from file")
+        else:
+            stderr(f"Wrong configuration in file <{path}>, because of following mistakes:")
+            for message in exc.messages:
+                print(message, flush=True)
+        return None
+    if config.tls_problem(values, "ock.mmc.tls") or config.tls_problem(values, "ock.mmc.config_store.tls"):
+        stderr("Invalid tls config.")
+        stderr("Error, invalid config.")
+        return None
+    return values
+
+
+def init_logs(values: dict[str, Any], log: Log, audit: Log) -> bool:
+    logs = Path(values["ock.mmc.log_path"]).absolute() / "logs"
+    print(f"Meta service log level {LOG_LEVELS[values['ock.mmc.log_level'].lower()]}, "
+          f"log path: {logs / 'mmc-meta.log'}, audit log path: {logs / 'mmc-meta-audit.log'}, "
+          f"log rotation file size: {values['ock.mmc.log_rotation_file_size'] * 1024 * 1024}, "
+          f"log rotation file count: {values['ock.mmc.log_rotation_file_count']}", flush=True)
+    try:
+        log.to_file(logs / "mmc-meta.log")
+        audit.to_file(logs / "mmc-meta-audit.log")
+    except OSError as exc:
+        stderr(f"Failed to init spdlog, error: {exc}")
+        return False
+    return True
+
+
+def start_meta_service(values: dict[str, Any], pool: Pool, log: Log) -> list[Server] | None:
+    servers: list[Server] = []
+    for key, handler in (("ock.mmc.meta_service_url", meta_handler(pool)),
+                         ("ock.mmc.meta_service.config_store_url", config_store_handler(pool))):
+        try:
+            host, port = config.parse_url(values[key], "tcp")
+            servers.append(Server((host, port), handler))
+        except (ValueError, OSError) as exc:
+            log.error(TAG, f"Failed to start {key} {values[key]}: {exc}")
+            stop(servers, started=False)
+            return None
+    for server in servers:
+        threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
+    return servers
+
+
+def start_http(values: dict[str, Any], pool: Pool, log: Log) -> Server | None:
+    url = values["ock.mmc.meta_service.metrics_url"]
+    try:
+        host, port = config.parse_url(url, "http")
+    except ValueError as exc:
+        log.error(TAG, f"Invalid http URL, {exc}")
+        log.error(TAG, f"Extract ip and port from http URL: {url} failed")
+        return None
+    log.info(TAG, f"Starting HTTP server on {host}:{port}")
+    try:
+        server = http_api.serve(pool, host, port)
+    except OSError as exc:
+        log.error("MMC mmc_http_server.cpp", f"Failed to start HTTP server: {exc}")
+        return None
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
+    log.info("MMC mmc_http_server.cpp", f"HTTP server started on {host}:{port}")
+    return server
+
+
+def stop(servers: list[socketserver.BaseServer], started: bool = True) -> None:
+    for server in servers:
+        if started:
+            server.shutdown()
+        server.server_close()
+
+
+def main() -> int:
+    lock_fd = take_lock()
+    if lock_fd is None:
+        stderr("Error, meta service is already running.")
+        return -1
+    try:
+        return run()
+    finally:
+        os.close(lock_fd)
+
+
+def run() -> int:
+    values = load_config()
+    if values is None:
+        stderr("Error, failed to load config.")
+        return -1
+    received: list[int] = []
+    previous = register_signals(received)
+    try:
+        log, audit = Log(), Log()
+        if not init_logs(values, log, audit):
+            stderr("Error, failed to init logger.")
+            return -1
+        if values["ock.mmc.meta.ha.enable"]:
+            stderr("Error, failed to start meta service leader election.")  # needs the K8s lease API
+            return -1
+        pool = Pool(values["ock.mmc.evict_threshold_high"], values["ock.mmc.evict_threshold_low"])
+        servers = start_meta_service(values, pool, log)
+        if servers is None:
+            stderr("Error, failed to start MmcMetaService.")
+            return -1
+        http = start_http(values, pool, log)
+        if http is None:
+            stderr("Error, failed to start the HTTP Service.")
+            stop(servers)
+            return -1
+        audit.info("MMC audit", "Meta Service launched successfully")
+        wait(received)
+        print(f"Received exit signal[{received[0]}]", flush=True)
+        stop(servers + [http])
+        audit.info("MMC audit", "Meta Service stopped")
+        return 0
+    finally:
+        for signo, handler in previous.items():
+            signal.signal(signo, handler)
+
+
+def register_signals(received: list[int]) -> dict[int, Any]:
+    previous = {}
+    for signo, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")):
+        try:
+            previous[signo] = signal.signal(signo, lambda num, _frame: received.append(num))
+        except ValueError:  # not the main thread
+            stderr(f"Register {name} handler failed")
+    return previous
+
+
+def wait(received: list[int]) -> None:
+    """Poll for a signal every 100 ms (as the real loop does) and for an injected crash."""
+    next_fault_check = 0.0
+    while not received:
+        if time.monotonic() >= next_fault_check:
+            if hw.faults("metaservice").get("exit"):
+                os._exit(1)  # simulated crash: no goodbye, sockets closed by the kernel
+            next_fault_check = time.monotonic() + FAULT_POLL_S
+        time.sleep(0.1)

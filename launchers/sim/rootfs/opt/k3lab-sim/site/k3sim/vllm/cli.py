@@ -1,0 +1,403 @@
+"""``vllm serve`` argument parsing with vLLM's FlexibleArgumentParser spelling rules.
+
+vllm-upstream.md §9: underscores in a flag name become dashes up to the first ``.`` or ``=``;
+``--group.key value`` collects into ``--group '{"key": value}'`` (value parsed with
+``json.loads``, else kept as a string; repeated keys merge); ``--model X`` moves to the
+positional with a warning; ``-O3``/``-O 3`` is ``--optimization-level``. Unknown options end in
+argparse's real ``vllm: error: unrecognized arguments: ...`` (exit 2): with subcommands the
+top-level parser reports leftovers. Value errors come from the ``vllm serve`` subparser.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from typing import Any, Callable
+
+from k3sim.vllm import kvconfig
+from k3sim.vllm.log import api as log
+from k3sim.vllm.pydantic_like import Field, ValidationFailure, validate_json
+
+_FLAG_HEAD = re.compile(r"(?<=--)[^\.]*")
+
+
+def human_readable_int(value: str) -> int:
+    """``1k`` = 1000, ``1K`` = 1024 (vllm/utils/argparse_utils.py)."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        number, suffix = match.groups()
+        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+        if suffix in decimal:
+            return int(float(number) * decimal[suffix])
+        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+    return int(value)
+
+
+def _json_dict(value: str) -> Any:
+    """vLLM's ``optional_type(json.loads)`` for dict-typed engine args."""
+    if value in ("", "None"):
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Value {value} cannot be converted to {json.loads}.") from None
+
+
+def _dataclass(model: str, fields: dict[str, Field] | None, post: Callable[[str], Any] | None = None):
+    """vLLM's ``parse_dataclass``: pydantic validation, ``ArgumentTypeError(repr(e))`` on failure."""
+
+    def parse(value: str) -> Any:
+        try:
+            if post is not None:
+                return post(value)
+            if fields is None:
+                data = json.loads(value)
+                if not isinstance(data, dict):
+                    raise ValidationFailure(model, [("", f"Input should be a dictionary or an instance of {model}",
+                                                     "dataclass_type", data)])
+                return data
+            return validate_json(model, fields, value)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(ValidationFailure(model, [(
+                "", f"Invalid JSON: {exc.msg.lower()} at line {exc.lineno} column {exc.colno}", "json_invalid", value)]).render())
+        except ValidationFailure as exc:
+            raise argparse.ArgumentTypeError(exc.render()) from None
+
+    parse.__name__ = model
+    return parse
+
+
+_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+COMPILATION_FIELDS = {k: Field("any") for k in (
+    "level", "mode", "debug_dump_path", "cache_dir", "compile_cache_save_format", "backend", "custom_ops",
+    "splitting_ops", "compile_mm_encoder", "use_inductor", "compile_sizes", "inductor_compile_config",
+    "inductor_passes", "use_cudagraph", "cudagraph_num_of_warmups", "cudagraph_copy_inputs",
+    "cudagraph_specialize_lora", "full_cuda_graph", "use_inductor_graph_partition", "pass_config",
+    "max_capture_size", "max_cudagraph_capture_size", "dynamic_shapes_config", "local_cache_dir",
+    "fast_moe_cold_start")}
+COMPILATION_FIELDS["cudagraph_mode"] = Field("literal", optional=True, choices=_CUDAGRAPH_MODES)
+COMPILATION_FIELDS["cudagraph_capture_sizes"] = Field("list", optional=True)
+
+ATTENTION_FIELDS = {k: Field("any") for k in (
+    "backend", "flash_attn_version", "use_prefill_decode_attention", "flash_attn_max_num_splits_for_cuda_graph",
+    "use_cudnn_prefill", "use_trtllm_ragged_deepseek_prefill", "use_trtllm_attention",
+    "disable_flashinfer_prefill", "disable_flashinfer_q_quantization")}
+ATTENTION_FIELDS["indexer_kv_dtype"] = Field("str")  # IndexerKVDType | str: int8 passes parsing (§9)
+
+PROFILER_FIELDS = {k: Field("any") for k in (
+    "torch_profiler_dir", "torch_profiler_with_stack", "torch_profiler_with_flops", "torch_profiler_use_gzip",
+    "torch_profiler_dump_cuda_time_total", "torch_profiler_record_shapes", "torch_profiler_with_memory",
+    "ignore_frontend", "delay_iterations", "max_iterations", "warmup_iterations", "active_iterations")}
+PROFILER_FIELDS["profiler"] = Field("literal", optional=True, choices=("torch", "cuda"))
+
+
+def _compilation(value: str) -> Any:
+    if value.strip().isdigit():  # legacy: a bare optimization level
+        return {"mode": int(value)}
+    return _dataclass("CompilationConfig", COMPILATION_FIELDS)(value)
+
+
+_compilation.__name__ = "CompilationConfig"
+
+BOOL = argparse.BooleanOptionalAction
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="vllm", description="vLLM CLI", allow_abbrev=False)
+    top.add_argument("-v", "--version", action="store_true", help="show version")
+    sub = top.add_subparsers(required=False, dest="subparser")
+    p = sub.add_parser("serve", prog="vllm serve", allow_abbrev=False,
+                       help="Launch a local OpenAI-compatible API server to serve LLM completions via HTTP.",
+                       usage="vllm serve [model_tag] [options]")
+    p.add_argument("model_tag", nargs="?", default=None)
+    a = p.add_argument
+    # Frontend (vllm/entrypoints/openai/cli_args.py)
+    a("--host", type=str, default=None)
+    a("--port", type=int, default=8000)
+    a("--uds", type=str, default=None)
+    a("--uvicorn-log-level", choices=["critical", "error", "warning", "info", "debug", "trace"], default="info")
+    a("--disable-uvicorn-access-log", action=BOOL, default=False)
+    a("--allow-credentials", action=BOOL, default=False)
+    a("--allowed-origins", type=json.loads, default=["*"])
+    a("--allowed-methods", type=json.loads, default=["*"])
+    a("--allowed-headers", type=json.loads, default=["*"])
+    a("--api-key", type=str, nargs="+", default=None)
+    a("--lora-modules", type=str, nargs="+", default=None)
+    a("--chat-template", type=str, default=None)
+    a("--chat-template-content-format", choices=["auto", "string", "openai"], default="auto")
+    a("--trust-request-chat-template", action=BOOL, default=False)
+    a("--default-chat-template-kwargs", type=_json_dict, default=None)
+    a("--response-role", type=str, default="assistant")
+    a("--ssl-keyfile", type=str, default=None)
+    a("--ssl-certfile", type=str, default=None)
+    a("--ssl-ca-certs", type=str, default=None)
+    a("--root-path", type=str, default=None)
+    a("--middleware", type=str, action="append", default=[])
+    a("--return-tokens-as-token-ids", action=BOOL, default=False)
+    a("--enable-auto-tool-choice", action=BOOL, default=False)
+    a("--exclude-tools-when-tool-choice-none", action=BOOL, default=False)
+    a("--tool-call-parser", type=str, default=None)
+    a("--tool-parser-plugin", type=str, default="")
+    a("--tool-server", type=str, default=None)
+    a("--log-config-file", type=str, default=None)
+    a("--max-log-len", type=int, default=None)
+    a("--disable-fastapi-docs", action=BOOL, default=False)
+    a("--enable-prompt-tokens-details", action=BOOL, default=False)
+    a("--enable-server-load-tracking", action=BOOL, default=False)
+    a("--enable-force-include-usage", action=BOOL, default=False)
+    a("--enable-request-id-headers", action=BOOL, default=False)
+    a("--enable-log-outputs", action=BOOL, default=False)
+    a("--enable-log-requests", action=BOOL, default=False)
+    a("--disable-log-requests", action=BOOL, default=True)
+    a("--disable-log-stats", action="store_true", default=False)
+    a("--headless", action="store_true", default=False)
+    a("--api-server-count", "-asc", type=int, default=None)
+    a("--config", type=str, default=None)
+    a("--reasoning-parser", type=str, default="")
+    a("--reasoning-parser-plugin", type=str, default="")
+    # Model (vllm/config/model.py)
+    a("--model", type=str, default=None)
+    a("--runner", choices=["auto", "generate", "pooling", "draft"], default="auto")
+    a("--tokenizer", type=str, default=None)
+    a("--tokenizer-mode", type=str, default="auto")
+    a("--trust-remote-code", action=BOOL, default=False)
+    a("--dtype", choices=["auto", "half", "float16", "bfloat16", "float", "float32"], default="auto")
+    a("--seed", type=int, default=0)
+    a("--hf-config-path", type=str, default=None)
+    a("--allowed-local-media-path", type=str, default="")
+    a("--allowed-media-domains", type=str, nargs="+", default=None)
+    a("--revision", type=str, default=None)
+    a("--code-revision", type=str, default=None)
+    a("--tokenizer-revision", type=str, default=None)
+    a("--max-model-len", type=human_readable_int, default=None)
+    a("--quantization", "-q", type=str, default=None)
+    a("--enforce-eager", action=BOOL, default=False)
+    a("--max-logprobs", type=int, default=20)
+    a("--logprobs-mode", type=str, default="raw_logprobs")
+    a("--disable-sliding-window", action=BOOL, default=False)
+    a("--disable-cascade-attn", action=BOOL, default=False)
+    a("--skip-tokenizer-init", action=BOOL, default=False)
+    a("--enable-prompt-embeds", action=BOOL, default=False)
+    a("--served-model-name", type=str, nargs="+", default=None)
+    a("--config-format", type=str, default="auto")
+    a("--hf-token", type=str, nargs="?", const=True, default=None)
+    a("--hf-overrides", type=_json_dict, default=None)
+    a("--pooler-config", type=_json_dict, default=None)
+    a("--generation-config", type=str, default="auto")
+    a("--override-generation-config", type=_json_dict, default=None)
+    a("--enable-sleep-mode", action=BOOL, default=False)
+    a("--model-impl", type=str, default="auto")
+    a("--override-attention-dtype", type=str, default=None)
+    a("--logits-processors", type=str, nargs="+", default=None)
+    a("--io-processor-plugin", type=str, default=None)
+    # Load (vllm/config/load.py)
+    a("--load-format", type=str, default="auto")
+    a("--download-dir", type=str, default=None)
+    a("--safetensors-load-strategy", choices=["lazy", "eager", "prefetch", "torchao"], default=None)
+    a("--model-loader-extra-config", type=_json_dict, default=None)
+    a("--ignore-patterns", type=str, nargs="+", default=None)
+    a("--use-tqdm-on-load", action=BOOL, default=True)
+    a("--pt-load-map-location", type=str, default="cpu")
+    # Parallel (vllm/config/parallel.py, §5.2)
+    a("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"], default=None)
+    a("--pipeline-parallel-size", "-pp", type=int, default=1)
+    a("--master-addr", type=str, default="127.0.0.1")
+    a("--master-port", type=int, default=29501)
+    a("--nnodes", "-n", type=int, default=1)
+    a("--node-rank", "-r", type=int, default=0)
+    a("--tensor-parallel-size", "-tp", type=int, default=1)
+    a("--decode-context-parallel-size", "-dcp", type=int, default=1)
+    a("--prefill-context-parallel-size", "-pcp", type=int, default=1)
+    a("--dcp-kv-cache-interleave-size", type=int, default=1)
+    a("--cp-kv-cache-interleave-size", type=int, default=1)
+    a("--data-parallel-size", "-dp", type=int, default=1)
+    a("--data-parallel-rank", "-dpn", type=int, default=None)
+    a("--data-parallel-start-rank", "-dpr", type=int, default=None)
+    a("--data-parallel-size-local", "-dpl", type=int, default=None)
+    a("--data-parallel-address", "-dpa", type=str, default=None)
+    a("--data-parallel-rpc-port", "-dpp", type=int, default=None)
+    a("--data-parallel-backend", "-dpb", choices=["mp", "ray"], default="mp")
+    a("--data-parallel-hybrid-lb", "-dph", action=BOOL, default=False)
+    a("--data-parallel-external-lb", "-dpe", action=BOOL, default=False)
+    a("--enable-expert-parallel", action=BOOL, default=False)
+    a("--all2all-backend", type=str, default=None)
+    a("--enable-dbo", action=BOOL, default=False)
+    a("--enable-eplb", action=BOOL, default=False)
+    a("--eplb-config", type=_json_dict, default=None)
+    a("--expert-placement-strategy", choices=["linear", "round_robin"], default="linear")
+    a("--max-parallel-loading-workers", type=int, default=None)
+    a("--ray-workers-use-nsight", action=BOOL, default=False)
+    a("--disable-custom-all-reduce", action=BOOL, default=False)
+    a("--worker-cls", type=str, default="auto")
+    a("--worker-extension-cls", type=str, default="")
+    # Cache (vllm/config/cache.py)
+    a("--block-size", type=int, default=None)
+    a("--gpu-memory-utilization", type=float, default=0.9)
+    a("--kv-cache-memory-bytes", type=human_readable_int, default=None)
+    a("--swap-space", type=float, default=4)
+    a("--kv-cache-dtype", choices=["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "int8"],
+      default="auto")
+    a("--num-gpu-blocks-override", type=int, default=None)
+    a("--enable-prefix-caching", action=BOOL, default=None)
+    a("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"], default="sha256")
+    a("--cpu-offload-gb", type=float, default=0)
+    a("--calculate-kv-scales", action=BOOL, default=False)
+    a("--kv-sharing-fast-prefill", action=BOOL, default=False)
+    a("--mamba-cache-dtype", type=str, default="auto")
+    a("--mamba-ssm-cache-dtype", type=str, default="auto")
+    a("--mamba-cache-mode", choices=["none", "all", "align"], default="none")
+    a("--mamba-block-size", type=int, default=None)
+    # Multimodal (vllm/config/multimodal.py, §8)
+    a("--limit-mm-per-prompt", type=_json_dict, default=None)
+    a("--language-model-only", action=BOOL, default=False)
+    a("--media-io-kwargs", type=_json_dict, default=None)
+    a("--mm-processor-kwargs", type=_json_dict, default=None)
+    a("--mm-processor-cache-gb", type=float, default=4)
+    a("--mm-processor-cache-type", choices=["lru", "shm"], default="lru")
+    a("--mm-encoder-tp-mode", choices=["weights", "data"], default="weights")
+    a("--mm-encoder-attn-backend", type=str, default=None)
+    a("--interleave-mm-strings", action=BOOL, default=False)
+    a("--skip-mm-profiling", action=BOOL, default=False)
+    a("--video-pruning-rate", type=float, default=None)
+    # Scheduler (vllm/config/scheduler.py)
+    a("--max-num-batched-tokens", type=human_readable_int, default=None)
+    a("--max-num-seqs", type=int, default=None)
+    a("--max-num-partial-prefills", type=int, default=1)
+    a("--max-long-partial-prefills", type=int, default=1)
+    a("--long-prefill-token-threshold", type=int, default=0)
+    a("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs")
+    a("--enable-chunked-prefill", action=BOOL, default=None)
+    a("--disable-chunked-mm-input", action=BOOL, default=False)
+    a("--scheduler-cls", type=str, default=None)
+    a("--disable-hybrid-kv-cache-manager", action=BOOL, default=False)
+    a("--async-scheduling", action=BOOL, default=None)
+    a("--stream-interval", type=int, default=1)
+    # Structured configs parsed as dataclasses (§7, §9)
+    a("--speculative-config", type=_json_dict, default=None)
+    a("--kv-transfer-config", type=_dataclass("KVTransferConfig", None, kvconfig.parse_cli), default=None)
+    a("--kv-events-config", type=_json_dict, default=None)
+    a("--compilation-config", "-cc", type=_compilation, default=None)
+    a("--attention-config", "-ac", type=_dataclass("AttentionConfig", ATTENTION_FIELDS), default=None)
+    a("--profiler-config", type=_dataclass("ProfilerConfig", PROFILER_FIELDS), default=None)
+    a("--structured-outputs-config", type=_json_dict, default=None)
+    a("--additional-config", type=_json_dict, default=None)
+    a("--optimization-level", "-O", type=int, default=2)
+    a("--cuda-graph-sizes", type=int, nargs="+", default=None)
+    a("--max-cudagraph-capture-size", type=int, default=None)
+    a("--show-hidden-metrics-for-version", type=str, default=None)
+    a("--otlp-traces-endpoint", type=str, default=None)
+    a("--collect-detailed-traces", type=str, default=None)
+    a("--enable-lora", action=BOOL, default=None)
+    a("--max-loras", type=int, default=1)
+    a("--max-lora-rank", type=int, default=16)
+    a("--device", type=str, default="auto")
+    return top
+
+
+def _nested(keys: list[str], value: Any) -> dict:
+    out: Any = value
+    for key in reversed(keys):
+        out = {key: out}
+    return out
+
+
+def _merge(dst: dict, src: dict, prefix: str = "") -> set[str]:
+    dups: set[str] = set()
+    for key, value in src.items():
+        if isinstance(value, dict) and isinstance(dst.get(key), dict):
+            dups |= _merge(dst[key], value, f"{prefix}{key}.")
+        else:
+            if key in dst:
+                dups.add(prefix + key)
+            dst[key] = value
+    return dups
+
+
+def normalise(argv: list[str]) -> list[str]:
+    """FlexibleArgumentParser.parse_args's rewriting of ``argv`` (before argparse sees it)."""
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--"):
+            if "=" in arg:
+                key, value = arg.split("=", 1)
+                out.append(f"{_FLAG_HEAD.sub(lambda m: m.group(0).replace('_', '-'), key, count=1)}={value}")
+            else:
+                out.append(_FLAG_HEAD.sub(lambda m: m.group(0).replace("_", "-"), arg, count=1))
+        elif arg.startswith("-O") and arg != "-O" and len(arg) > 2 and arg[2] != ".":
+            out.extend(["-O", arg[2:]])
+        else:
+            out.append(arg)
+    # ``--model X`` after ``serve`` becomes the positional model_tag.
+    if len(out) >= 1 and out[0] == "serve" and "--model" in out and (len(out) < 2 or out[1].startswith("-")):
+        i = out.index("--model")
+        if i + 1 < len(out):
+            model = out[i + 1]
+            del out[i:i + 2]
+            out.insert(1, model)
+            log.warning("argparse_utils.py:269", "With `vllm serve`, you should provide the model as a positional "
+                        "argument or in a config file instead of via the `--model` option. The `--model` option "
+                        "will be removed in a future version.")
+    # Dotted dict args: ``--a.b v`` / ``--a.b=v`` / ``--a.b+ x,y``.
+    dict_args: dict[str, dict] = defaultdict(dict)
+    drop: set[int] = set()
+    dups: set[str] = set()
+    for i, arg in enumerate(out):
+        if i in drop or not arg.startswith("--") or "." not in arg:
+            continue
+        if "=" in arg:
+            flag, value_str = arg.split("=", 1)
+            if "." not in flag:
+                continue
+        else:
+            if i + 1 >= len(out):
+                continue
+            flag, value_str = arg, out[i + 1]
+            drop.add(i + 1)
+        if flag.endswith("+"):
+            flag = flag[:-1]
+            value_str = json.dumps(value_str.split(","))
+        key, *keys = flag.split(".")
+        try:
+            value: Any = json.loads(value_str)
+        except json.JSONDecodeError:
+            try:
+                value = human_readable_int(value_str)
+            except ValueError:
+                value = value_str
+        dups |= {f"{key}.{d}" for d in _merge(dict_args[key], _nested(keys, value))}
+        drop.add(i)
+    if dups:
+        log.warning("argparse_utils.py:322", "Found duplicate keys %s", ", ".join(sorted(dups)))
+    out = [a for i, a in enumerate(out) if i not in drop]
+    for key, value in dict_args.items():
+        out.extend([key, json.dumps(value)])
+    return out
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(normalise(argv))
+    if args.version:
+        from k3sim.vllm import VLLM_VERSION
+        print(VLLM_VERSION)
+        sys.exit(0)
+    if args.subparser != "serve":
+        parser.print_help()
+        sys.exit(1 if args.subparser is None else 0)
+    return args
+
+
+def non_default(args: argparse.Namespace) -> dict[str, Any]:
+    """What vLLM logs as ``non-default args: {...}``."""
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    defaults = {a.dest: a.default for a in serve._actions}
+    out = {}
+    for key, value in vars(args).items():
+        if key in ("subparser", "version", "dispatch_function"):
+            continue
+        if key in defaults and defaults[key] != value:
+            out[key] = value
+    return out

@@ -1,0 +1,99 @@
+"""One DP engine (EngineCore): prefix cache, KV connectors and the simulated model.
+
+Requests arrive already tokenized (the front-end tokenizes, as in vLLM) and leave as output
+token texts plus the per-request scheduler stats the front-end turns into metrics:
+``queries``/``hits`` for the local cache and, with a connector, ``external`` queries (prompt
+tokens minus local hits, PR #30522) and hits (tokens loaded by the connector).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from k3sim import hw
+from k3sim.vllm import cache
+from k3sim.vllm.kv import MooncakeSide, PoolClient
+from k3sim.vllm.kvconfig import KVConfig
+from k3sim.vllm.log import Logger
+from k3sim.vllm.output import model
+
+
+def hash_seed() -> str | None:
+    """PYTHONHASHSEED as the engine sees it; the ``hash_seed`` fault simulates a different one."""
+    fault = hw.faults("engine").get("hash_seed")
+    return str(fault) if fault is not None else os.environ.get("PYTHONHASHSEED")
+
+
+def wait_while_hung(stop: threading.Event | None = None) -> None:
+    while hw.faults("engine").get("hang") and not (stop and stop.is_set()):
+        time.sleep(0.2)
+
+
+class Engine:
+    def __init__(self, *, dp_rank: int, block_size: int, prefix_caching: bool, kv: KVConfig | None,
+                 mooncake: MooncakeSide | None, pool: PoolClient | None, log: Logger) -> None:
+        self.dp_rank = dp_rank
+        self.block_size = block_size
+        self.kv = kv
+        self.mooncake = mooncake
+        self.pool = pool
+        self.log = log
+        self.capacity = int(os.environ.get("K3SIM_NUM_GPU_BLOCKS", "16384"))
+        self.cache = cache.PrefixCache(self.capacity, prefix_caching)
+        seed = hash_seed()
+        self.seed = cache.none_hash(seed)
+
+    def reset_prefix_cache(self) -> bool:
+        self.cache.reset()
+        return True
+
+    def process(self, req: dict[str, Any]) -> dict[str, Any]:
+        wait_while_hung()
+        rid = req["request_id"]
+        ids: list[int] = req["prompt_token_ids"]
+        n = len(ids)
+        bs = self.block_size
+        hashes = cache.block_hashes(ids, bs, self.seed, [tuple(m) for m in req.get("mm", [])])
+        limit = cache.max_hit_blocks(n, bs)
+        local_blocks = self.cache.lookup(hashes, limit)
+        local = local_blocks * bs if self.cache.enabled else 0
+        stats = {"queries": n if self.cache.enabled else 0, "hits": local, "ext_queries": 0, "ext_hits": 0}
+        params = req.get("kv_transfer_params") or {}
+        external = 0
+        if self.kv is not None:
+            stats["ext_queries"] = n - local
+            mc = self.mooncake
+            if mc is not None and mc.conn.is_consumer and params.get("do_remote_prefill"):
+                ok, reason = mc.pull(rid, params, n)
+                if ok:
+                    external = n - local
+                elif mc.conn.load_failure_policy == "fail":
+                    return {"error": {"status": 500, "message": "Internal server error", "cause": reason},
+                            "stats": stats, "num_prompt_tokens": n}
+            elif self.pool is not None and self.pool.load_enabled:
+                pool_blocks = self.pool.lookup(hashes, limit)
+                self.log.debug("pool_scheduler.py:131", "Reqid: %s, Total tokens %d, kvpool hit tokens: %d, need to "
+                               "load: %d", rid, n, pool_blocks * bs, max(0, pool_blocks - local_blocks) * bs)
+                if pool_blocks > local_blocks:
+                    if self.pool.load(hashes[local_blocks:pool_blocks]):
+                        external = (pool_blocks - local_blocks) * bs
+                    elif self.pool.conn.load_failure_policy == "fail":
+                        return {"error": {"status": 500, "message": "Internal server error",
+                                          "cause": "KV pool load failed"}, "stats": stats, "num_prompt_tokens": n}
+            stats["ext_hits"] = external
+        # The prompt is now computed on this engine: its full blocks become cacheable.
+        self.cache.insert(hashes)
+        if self.pool is not None:
+            self.pool.save(hashes)
+        sp = req["sampling"]
+        tokens, finish = model.output_tokens(req["render"], req["variant"], sp["max_tokens"], sp["min_tokens"],
+                                             sp["ignore_eos"])
+        out_params = None
+        mc = self.mooncake
+        if mc is not None and mc.conn.is_producer and params.get("do_remote_decode") and finish == "length":
+            out_params = mc.producer_params(rid, n, hashes, cache.token_id(tokens[-1]) if tokens else 0)
+        return {"tokens": tokens, "finish_reason": finish, "num_prompt_tokens": n,
+                "num_cached_tokens": local + external, "stats": stats, "kv_transfer_params": out_params,
+                "error": None}

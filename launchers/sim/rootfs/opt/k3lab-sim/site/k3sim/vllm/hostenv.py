@@ -1,0 +1,126 @@
+"""What the NPU runtime, HCCL and gloo check on the node when an engine initialises.
+
+Read from the real host (interfaces via SIOCGIFADDR) and from the simulated hardware file
+(``k3sim.hw``: device count and injected device faults, re-read on every call).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+
+from k3sim import hw
+from k3sim.vllm.errors import StartupError
+
+SIOCGIFADDR = 0x8915
+
+
+def interfaces() -> dict[str, str]:
+    """name -> IPv4 address, for interfaces that have one."""
+    out: dict[str, str] = {}
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            out[name] = socket.inet_ntoa(packed[20:24])
+    finally:
+        sock.close()
+    return out
+
+
+def get_ip() -> str:
+    """vllm.utils.get_ip: VLLM_HOST_IP, else the address of the default route, else the node's host ip."""
+    env = os.environ.get("VLLM_HOST_IP")
+    if env:
+        return env
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("8.8.8.8", 80))
+            return s.getsockname()[0]
+    except OSError:
+        return str(hw.load().get("host_ip") or "127.0.0.1")
+
+
+def _hccl_match(spec: str, names: list[str]) -> list[str]:
+    """HCCL_SOCKET_IFNAME syntax: ``eth,enp`` prefixes, ``^eth`` excludes, ``=eth0`` exact, ``^=eth0``."""
+    exclude = spec.startswith("^")
+    body = spec[1:] if exclude else spec
+    exact = body.startswith("=")
+    items = [x for x in (body[1:] if exact else body).split(",") if x]
+
+    def hit(name: str) -> bool:
+        return any(name == i if exact else name.startswith(i) for i in items)
+
+    return [n for n in names if hit(n) != exclude]
+
+
+def check_network() -> None:
+    """HCCL_IF_IP must be a local address; the socket interface variables must name interfaces owning it."""
+    ifs = interfaces()
+    ip = os.environ.get("HCCL_IF_IP")
+    if ip and ip not in ifs.values():
+        raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. HCCL_IF_IP={ip} is not an "
+                           f"address of this host (local addresses: {', '.join(sorted(set(ifs.values())))}).",
+                           "vllm_ascend/distributed/device_communicators/pyhccl.py", stage="engine")
+    spec = os.environ.get("HCCL_SOCKET_IFNAME")
+    if spec:
+        matched = _hccl_match(spec, list(ifs))
+        if not matched:
+            raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. No network interface "
+                               f"matches HCCL_SOCKET_IFNAME={spec}.",
+                               "vllm_ascend/distributed/device_communicators/pyhccl.py", stage="engine")
+        if ip and not any(ifs[n] == ip for n in matched):
+            raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. HCCL_SOCKET_IFNAME={spec} "
+                               f"selects {', '.join(matched)}, which does not own HCCL_IF_IP={ip}.",
+                               "vllm_ascend/distributed/device_communicators/pyhccl.py", stage="engine")
+    for var in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        value = os.environ.get(var)
+        if not value:
+            continue
+        for name in [n for n in value.split(",") if n]:
+            if name not in ifs:
+                # torch's gloo device lookup (gloo/transport/tcp/device.cc)
+                raise StartupError("RuntimeError", f"[enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+                                   f"device.cc:83] ifa != nullptr. Unable to find address for: {name}",
+                                   "torch/distributed/distributed_c10d.py", stage="engine")
+            if ip and ifs[name] != ip:
+                raise StartupError("RuntimeError", f"{var}={name} has address {ifs[name]}, which is not "
+                                   f"HCCL_IF_IP={ip}; the NIC must own the communication IP.",
+                                   "torch/distributed/distributed_c10d.py", stage="engine")
+
+
+def visible_devices(needed: int) -> list[int]:
+    """ASCEND_RT_VISIBLE_DEVICES against the node's devices and their health."""
+    count = hw.device_count()
+    text = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    where = "vllm_ascend/worker/worker.py"
+    if text is None or text.strip() == "":
+        ids = list(range(count))
+    else:
+        try:
+            ids = [int(x) for x in text.split(",") if x.strip() != ""]
+        except ValueError:
+            raise StartupError("RuntimeError", f"ASCEND_RT_VISIBLE_DEVICES={text} is invalid: device ids must be "
+                               "integers.", where, stage="engine") from None
+        bad = [i for i in ids if not 0 <= i < count]
+        if bad:
+            raise StartupError("RuntimeError", f"npuSetDevice failed, error code is 107001: invalid device id {bad[0]} "
+                               f"in ASCEND_RT_VISIBLE_DEVICES={text} (this node has {count} NPUs, ids 0-{count - 1}).",
+                               where, stage="engine")
+        if len(set(ids)) != len(ids):
+            raise StartupError("RuntimeError", f"ASCEND_RT_VISIBLE_DEVICES={text} lists a device twice.", where,
+                               stage="engine")
+    if len(ids) < needed:
+        raise StartupError("AssertionError", f"please set tensor_parallel_size ({needed}) to less than max local "
+                           f"gpu count ({len(ids)})", "vllm/v1/executor/multiproc_executor.py", stage="engine")
+    for dev in ids[:needed]:
+        health = hw.device_faults(dev).get("health")
+        if health and str(health).upper() != "OK":
+            raise StartupError("RuntimeError", f"npuSetDevice failed, error code is 507033. Device {dev} Health "
+                               f"Status: {health}. [ERROR] EE9999: Inner Error! The device is unavailable.",
+                               where, stage="engine")
+    return ids[:needed]

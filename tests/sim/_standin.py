@@ -1,0 +1,124 @@
+"""Running the sim stand-ins on the host: environment, node files, processes and waits.
+
+Every wait is bounded and every process started through ``Procs`` is killed at teardown.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOTFS = Path(__file__).resolve().parents[2] / "launchers" / "sim" / "rootfs"
+SITE = ROOTFS / "opt" / "k3lab-sim" / "site"
+PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+              "no_proxy", "NO_PROXY")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The host environment minus proxies, with the sim site importable and a private node file."""
+    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS and not k.startswith(("MMC_", "K3SIM_"))}
+    env.update(PYTHONPATH=str(SITE), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               K3SIM_NODE_FILE=str(tmp_path / "node.json"))
+    env.update(extra)
+    return env
+
+
+def write_node(tmp_path: Path, **data) -> Path:
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps({"node": "t0", "faults": {}, **data}))
+    return path
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 10,
+        stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=stdin)
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0, interval: float = 0.02) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class Proc:
+    """A background process whose output goes to files that can be read while it runs."""
+
+    def __init__(self, args: list[str], env: dict[str, str], workdir: Path, cwd: Path | None = None):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.out_path, self.err_path = workdir / "stdout", workdir / "stderr"
+        with self.out_path.open("w") as out, self.err_path.open("w") as err:
+            self.popen = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=err,
+                                          start_new_session=True)
+
+    @property
+    def out(self) -> str:
+        return self.out_path.read_text()
+
+    @property
+    def err(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_output(self, text: str, timeout: float = 5.0, stream: str = "out") -> None:
+        try:
+            wait_until(lambda: text in getattr(self, stream) or self.popen.poll() is not None, timeout)
+        except AssertionError:
+            pass  # reported below with the output
+        assert text in getattr(self, stream), f"{text!r} not in {stream}:\n{self.out}\n---\n{self.err}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.popen.wait(5)
+
+
+@pytest.fixture
+def procs(tmp_path: Path):
+    """Start background processes with ``procs(args, env)``; all are killed after the test."""
+    started: list[Proc] = []
+
+    def start(args: list[str], env: dict[str, str], cwd: Path | None = None) -> Proc:
+        proc = Proc(args, env, tmp_path / f"proc{len(started)}", cwd)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
