@@ -109,7 +109,7 @@ def ensure(client: docker.DockerClient | None = None) -> str:
     started = time.monotonic()
     client.api.import_image_from_data(
         data, repository=REPO, tag=tag,
-        changes=['ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin',
+        changes=['ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin:/usr/local/Ascend/driver/tools:/opt/k3lab-sim/bin',
                  'ENV LANG=C.UTF-8', 'WORKDIR /root', 'CMD ["/opt/k3lab-sim/bin/node-init"]'])
     client.images.get(ref)
     print(f"built sim image {ref} in {time.monotonic() - started:.1f}s", file=sys.stderr)

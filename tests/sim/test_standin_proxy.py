@@ -210,14 +210,16 @@ def test_proxy_variables_in_the_environment_are_honoured(backends, procs, tmp_pa
 
 
 def test_healthcheck_models_and_reset_prefix_cache(backends, procs, tmp_path):
-    p, d = backends(prefill_ok), backends(decode_ok)
+    broken = threading.Event()
+    p = backends(lambda path, body: (500, {}) if broken.is_set() else prefill_ok(path, body))
+    d = backends(decode_ok)
     _, client = start_proxy(procs, tmp_path, [p.port], [d.port])
     assert client.get("/healthcheck").json() == {"status": "ok", "prefill_instances": 1, "decode_instances": 1,
                                                  "request_num": 0}
     assert client.get("/v1/models").json()["data"] == [{"id": "kimi-k3"}]
     assert client.post("/reset_prefix_cache?reset_running_requests=true").status_code == 200
     assert [r["path"] for r in p.requests + d.requests][-2:] == ["/reset_prefix_cache?reset_running_requests=true"] * 2
-    p.close()
+    broken.set()
     failed = client.post("/reset_prefix_cache")
     assert failed.status_code == 500 and failed.json() == {"failed": [f"http://127.0.0.1:{p.port}"]}
 

@@ -14,13 +14,16 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
       "host_ip": "172.30.0.11",          # the node's eth0 address
       "nic": "eth0",
       "super_pod_id": 0, "server_index": 0,
+      "super_pod_size": 384,              # optional (npu-smi spod-info)
       "devices": [                        # one per logical device, id 0..device_count-1
         {"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0",
          "vnic_ip": "10.89.1.11", "gateway": "10.88.0.1"}
+        # optional per device: "vnic_netmask" (default netmask), "netdetect" (default gateway)
       ],
       "faults": {                          # all optional; absent means healthy
         "devices": {"3": {"health": "Alarm", "link": "DOWN", "net_health": "Fault",
-                           "tls_switch": 1, "no_ip": true}},
+                           "tls_switch": 1, "no_ip": true, "vnic_link": "DOWN",
+                           "error_code": "80E18005", "error_info": "..."}},
         "unreachable": ["10.88.1.12"],    # device/vnic addresses this node cannot reach
         "engine": {"crash_after_s": 5, "hang": true, "slow_start_s": 30,
                     "hash_seed": "7", "drop_kv_handshake": true},

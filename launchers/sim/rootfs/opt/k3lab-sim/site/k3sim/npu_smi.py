@@ -6,6 +6,7 @@ device count and the super-pod identity come from the node file on every call.
 """
 from __future__ import annotations
 
+import re
 import sys
 
 from k3sim import hw
@@ -35,8 +36,7 @@ Options:
        -c %d          Chip ID
        -p %d          Chip Physical ID
 """
-INFO_TYPES = set(USAGE.split("type: ")[1].split("Options:")[0].replace("\n", " ").replace(".", "")
-                 .replace(",", " ").split())
+INFO_TYPES = set(re.findall(r"[\w-]+", USAGE.split("type: ")[1].split("Options:")[0]))
 
 # Real PCIe bus ids of the NPUs, in device order.
 BUS_IDS = {

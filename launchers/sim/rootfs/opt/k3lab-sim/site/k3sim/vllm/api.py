@@ -27,7 +27,7 @@ GUARDED = ("/v1", "/v2", "/inference", "/cohere")
 
 ROUTES: list[tuple[str, str]] = [
     ("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/health", "GET"), ("/load", "GET"),
-    ("/ping", "GET, POST"), ("/version", "GET"), ("/tokenize", "POST"), ("/detokenize", "POST"),
+    ("/ping", "GET, POST"), ("/version", "GET"), ("/tokenize", "POST"),
     ("/v1/models", "GET"), ("/v1/chat/completions", "POST"), ("/v1/completions", "POST"), ("/metrics", "GET"),
 ]
 
@@ -36,6 +36,12 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+
+    def server_bind(self) -> None:
+        # vLLM's create_server_socket sets SO_REUSEADDR and SO_REUSEPORT (API servers share the port);
+        # a port held by any other program still fails here with EADDRINUSE.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
 
 
 class Frontend:

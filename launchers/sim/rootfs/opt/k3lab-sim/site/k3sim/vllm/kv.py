@@ -49,8 +49,9 @@ class MooncakeSide:
         self.log = log
         self.engine_id = conn.engine_id
         self.side_port = side_channel_port(conn, dp_rank, tp, pp, pcp)
-        self.ports = [p for r in pp_ranks for p in handshake_ports(conn, dp_rank, tp, pp, pcp, r)]
-        self._port_rank = {port: (r, t, c) for r in pp_ranks for port, t, c in handshake_ports(conn, dp_rank, tp, pp, pcp, r)}
+        self._port_rank = {port: (r, t, c) for r in pp_ranks
+                           for port, t, c in handshake_ports(conn, dp_rank, tp, pp, pcp, r)}
+        self.ports = list(self._port_rank)
         self.te_rpc_port = 0
         self.mapping: dict[str, dict[str, Any]] = {}
         self._pending: dict[str, dict[str, Any]] = {}

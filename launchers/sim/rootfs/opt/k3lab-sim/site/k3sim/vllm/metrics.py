@@ -154,7 +154,9 @@ class Metrics:
             self.itl.labels(*lv).observe(gap)
 
     def exposition(self) -> tuple[bytes, str]:
-        return self.pc.generate_latest(self.registry), self.pc.CONTENT_TYPE_LATEST
+        # The reference's servers answer the 0.0.4 text format (newer clients default to 1.0.0).
+        ctype = getattr(self.pc.exposition, "CONTENT_TYPE_PLAIN_0_0_4", self.pc.CONTENT_TYPE_LATEST)
+        return self.pc.generate_latest(self.registry), ctype
 
     def log_loop(self, log: Logger, interval: float, stop: threading.Event) -> None:
         """``loggers.py``'s periodic line, INFO while there is throughput (DEBUG when idle)."""

@@ -71,14 +71,15 @@ class Runtime:
                 self.dp_clients[r] = client
         if cfg.nnodes > 1:
             self._join_pp()
-        elog = engine_logger(cfg.local_ranks[0])
+        elog = engine_logger(cfg.local_ranks[0] if cfg.local_ranks else 0)
         hostenv.visible_devices(cfg.local_world * len(cfg.local_ranks))
         hostenv.check_network()
         config.pp_partition(cfg)
         ip = hostenv.get_ip()
         for r in cfg.local_ranks:
             self._init_engine(r, ip)
-        self._load(elog)
+        if cfg.local_ranks:  # --data-parallel-size-local 0: an API-only head loads nothing
+            self._load(elog)
         for mc in self.mooncakes:
             mc.bind()
         info = {"host": ip, "engine_id": self.mooncakes[0].engine_id if self.mooncakes else None}
@@ -176,7 +177,7 @@ class Runtime:
             time.sleep(0.25)
             crash = hw.faults("engine").get("crash_after_s")
             if crash is not None and self.serving_since and time.time() - self.serving_since >= float(crash):
-                r = self.cfg.local_ranks[0]
+                r = self.cfg.local_ranks[0] if self.cfg.local_ranks else 0
                 fatal_exit(engine_logger(r), ["EngineCore encountered a fatal error.",
                                               "RuntimeError: NPU device error: the engine process crashed "
                                               "(injected fault crash_after_s)."])

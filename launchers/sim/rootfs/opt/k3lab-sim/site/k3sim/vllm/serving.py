@@ -329,7 +329,7 @@ class OpenAIServing:
     # ---- SSE -----------------------------------------------------------------------------------------
     @staticmethod
     def _event(obj: Any) -> bytes:
-        return f"data: {json.dumps(obj, ensure_ascii=False, separators=(",", ":"))}\n\n".encode()
+        return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
     def _error_stream(self, error: RequestError) -> Iterator[bytes]:
         yield self._event(error.body())

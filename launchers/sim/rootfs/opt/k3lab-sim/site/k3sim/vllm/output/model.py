@@ -31,10 +31,10 @@ def _image_text(images: list[dict[str, Any]]) -> str:
 
 
 def answer(render: dict[str, Any], variant: int) -> str:
-    q = _quote(render.get("question", ""))
+    q = _quote(render.get("question", ""), 24)
     if render.get("images"):
         return _image_text(render["images"])
-    return f'{_OPENERS[variant % len(_OPENERS)]} to "{q}": the request was processed by the model.'
+    return f'{_OPENERS[variant % len(_OPENERS)]} about "{q}": the model handled it.'
 
 
 def generate(render: dict[str, Any], variant: int) -> tuple[str, str, str]:
@@ -44,8 +44,8 @@ def generate(render: dict[str, Any], variant: int) -> tuple[str, str, str]:
         return "", f" a continuation of \"{q}\".{_FILLER[variant % len(_FILLER)]}", ""
     prefix = ""
     if render.get("thinking", True):
-        subject = "the image" if render.get("images") else f'"{_quote(render.get("question", ""), 40)}"'
-        prefix = f"{xtml.opened('think')}The user asks about {subject}. I will answer clearly."
+        subject = "the image" if render.get("images") else f'"{_quote(render.get("question", ""), 24)}"'
+        prefix = f"{xtml.opened('think')}The user asks about {subject}."
         tool = render.get("tool")
         if tool:
             prefix += f" I should call {tool['name']}."

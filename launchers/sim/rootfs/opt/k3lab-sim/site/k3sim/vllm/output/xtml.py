@@ -35,6 +35,7 @@ def tool_section(name: str, arguments: dict[str, Any], index: int = 1) -> str:
     for key, value in arguments.items():
         kind = _arg_type(value)
         text = value if kind == "string" else json.dumps(value, ensure_ascii=False)
-        parts.append(f'{opened(f"argument key=\"{key}\" type=\"{kind}\"")}{text}{closed("argument")}')
+        header = 'argument key="%s" type="%s"' % (key, kind)
+        parts.append(f"{opened(header)}{text}{closed('argument')}")
     parts.extend([closed("call"), closed("tools")])
     return "".join(parts)
