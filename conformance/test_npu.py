@@ -17,26 +17,49 @@ def test_npu_smi_devices_healthy(node, hosts):
     assert not bad, f"{node.name}: NPU(s) {bad} report health {[healths[i] for i in bad]}; replace or reset them"
 
 
-def test_hccn_links_up_and_healthy(node, hosts):
-    host = hosts[node.name]
-    problems = []
-    for dev in range(node.device_count):
-        link = host.run(f"{HCCN} -i {dev} -link -g").stdout
-        if "link status: UP" not in link:
-            problems.append(f"device {dev}: {link.strip() or 'no link output'}")
-        health = host.run(f"{HCCN} -i {dev} -net_health -g").stdout
-        if "net health status: Success" not in health:
-            problems.append(f"device {dev}: {health.strip()}")
-    assert not problems, f"{node.name}: " + "; ".join(problems) + " (check cabling and the switch port)"
+def _per_device(host, node, option: str) -> dict[int, str]:
+    """The guides' loop (``for i in {0..15}; do hccn_tool -i $i OPTION; done``), one exec per node."""
+    out = host.run(f"for i in $(seq 0 {node.device_count - 1}); do echo \"@@dev $i\"; {HCCN} -i $i {option} 2>&1; done").stdout
+    result: dict[int, str] = {}
+    for block in out.split("@@dev ")[1:]:
+        dev, _, text = block.partition("\n")
+        result[int(dev)] = text.strip()
+    return result
+
+
+def test_hccn_links_up(node, hosts):
+    links = _per_device(hosts[node.name], node, "-link -g")
+    down = {d: t for d, t in links.items() if "link status: UP" not in t}
+    assert len(links) == node.device_count and not down, \
+        f"{node.name}: device link not UP: {down} (check the cable and switch port of those devices)"
+
+
+def test_hccn_net_health(node, hosts):
+    health = _per_device(hosts[node.name], node, "-net_health -g")
+    bad = {d: t for d, t in health.items() if "net health status: Success" not in t}
+    assert len(health) == node.device_count and not bad, \
+        f"{node.name}: net health not Success: {bad} (check -netdetect address and the RoCE network)"
+
+
+def test_hccn_device_addresses(node, hosts):
+    option = "-vnic -g" if node.platform == "A3" else "-ip -g"
+    out = _per_device(hosts[node.name], node, option)
+    missing = [d for d, t in out.items() if not re.search(r"ipaddr:\s*\d", t)]
+    assert len(out) == node.device_count and not missing, \
+        f"{node.name}: devices {missing} have no address ({option}); set it in /etc/hccn.conf with hccn_tool -ip -s"
 
 
 def test_hccn_tls_consistent(plan, hosts):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:  # nodes are independent; one exec each
+        per_node = dict(zip([n.name for n in plan.nodes],
+                            pool.map(lambda n: _per_device(hosts[n.name], n, "-tls -g"), plan.nodes)))
     switches = {}
-    for node in plan.nodes:
-        for dev in range(node.device_count):
-            out = hosts[node.name].run(f"{HCCN} -i {dev} -tls -g").stdout
+    for node, devices in per_node.items():
+        for dev, out in devices.items():
             m = re.search(r"tls switch\[(\d)\]", out)
-            switches[(node.name, dev)] = m.group(1) if m else None
+            switches[(node, dev)] = m.group(1) if m else None
     values = set(switches.values())
     odd = sorted(k for k, v in switches.items() if v != "0")
     assert len(values) == 1, f"TLS switch differs across devices: non-zero on {odd}; set the same with hccn_tool -tls -s"

@@ -37,7 +37,13 @@ def _chat(http, entrypoint, plan, **body):
     return http.post(f"{entrypoint}/v1/chat/completions", json=payload, timeout=60)
 
 
+def _needs_parsers(plan):
+    if not plan.expect.parsers:
+        pytest.skip("rendered with parsers=off: the service returns raw model output by design")
+
+
 def test_reasoning_is_parsed(http, entrypoint, plan):
+    _needs_parsers(plan)
     r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Explain data parallelism in one sentence."}])
     assert r.status_code == 200, f"chat: {r.status_code} {r.text[:300]}"
     msg = r.json()["choices"][0]["message"]
@@ -49,11 +55,12 @@ def test_reasoning_is_parsed(http, entrypoint, plan):
 
 
 def test_tool_call(http, entrypoint, plan):
+    _needs_parsers(plan)
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
               "required": ["city", "days"]}
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "forecast", "parameters": schema}}]
     r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Weather in Paris for 3 days?"}],
-              tools=tools, tool_choice="auto")
+              tools=tools, tool_choice="auto", max_tokens=1024)
     assert r.status_code == 200, f"tool call: {r.status_code} {r.text[:300]} (check --enable-auto-tool-choice)"
     choice = r.json()["choices"][0]
     calls = choice["message"].get("tool_calls") or []
@@ -64,6 +71,7 @@ def test_tool_call(http, entrypoint, plan):
 
 
 def test_streaming_content_is_clean(http, entrypoint, plan):
+    _needs_parsers(plan)
     payload = {"model": plan.expect.served_name, "max_tokens": 48, "temperature": 0, "stream": True,
                "messages": [{"role": "user", "content": "Say hello."}]}
     with http.post(f"{entrypoint}/v1/chat/completions", json=payload, stream=True, timeout=60) as r:
@@ -96,10 +104,15 @@ def test_image_request(http, entrypoint, plan):
     assert "red" in text, f"the description does not name the image's colour (red): {text[:200]!r}"
 
 
-def test_max_model_len_enforced(http, entrypoint, plan):
-    r = http.post(f"{entrypoint}/v1/completions", timeout=60, json={
-        "model": plan.expect.served_name, "prompt": "hi", "max_tokens": plan.expect.max_model_len + 1})
-    assert r.status_code == 400, f"a request over max_model_len {plan.expect.max_model_len} got {r.status_code}"
+def test_max_model_len_enforced(api, http, plan):
+    """On each API (the PD proxy has already answered 200 when the decode leg rejects a request)."""
+    body = {"model": plan.expect.served_name, "prompt": "hi"}
+    over = http.post(f"{api.url}/v1/completions", timeout=60, json=body | {"max_tokens": plan.expect.max_model_len})
+    assert over.status_code == 400, \
+        f"{api.node}: prompt + max_tokens over max_model_len {plan.expect.max_model_len} got {over.status_code}"
+    assert "max" in over.json().get("error", {}).get("message", over.text).lower()
+    within = http.post(f"{api.url}/v1/completions", timeout=60, json=body | {"max_tokens": 16})
+    assert within.status_code == 200, f"{api.node}: a request within the limit got {within.status_code}: {within.text[:200]}"
 
 
 def test_dp_rank_routing(http, plan):
@@ -124,9 +137,9 @@ def _counter(text: str, name: str) -> float:
     return total
 
 
-def _external(http, plan) -> tuple[float, float]:
+def _external(http, plan, apis=None) -> tuple[float, float]:
     q = h = 0.0
-    for api in plan.expect.apis:
+    for api in apis or plan.expect.apis:
         text = http.get(f"{api.url}/metrics", timeout=5).text
         q += _counter(text, "vllm:external_prefix_cache_queries_total")
         h += _counter(text, "vllm:external_prefix_cache_hits_total")
@@ -141,8 +154,6 @@ def test_external_cache_hits_on_repeated_prefix(http, entrypoint, plan):
             "messages": [{"role": "user", "content": prefix + " Summarise."}]}
     first = http.post(f"{entrypoint}/v1/chat/completions", json=body, timeout=120)
     assert first.status_code == 200, f"first request: {first.status_code} {first.text[:200]}"
-    if plan.expect.proxy:
-        http.post(f"{plan.expect.proxy}/reset_prefix_cache", timeout=30)  # local caches only; the pool keeps its blocks
     _, hits_before = _external(http, plan)
     second = http.post(f"{entrypoint}/v1/chat/completions", json=body, timeout=120)
     assert second.status_code == 200, f"second request: {second.status_code}"
@@ -151,3 +162,57 @@ def test_external_cache_hits_on_repeated_prefix(http, entrypoint, plan):
                                       "PYTHONHASHSEED on every engine, the KV connector and the MemCache pool")
     assert first.json()["choices"][0]["message"] == second.json()["choices"][0]["message"], \
         "outputs at temperature 0 differ between identical requests"
+
+
+def _pool_apis(plan):
+    """APIs of producer engines on the MemCache pool (consumers do not load from it by default)."""
+    out = []
+    for api in plan.expect.apis:
+        proc = next(p for p in plan.processes() if p.kind == "engine" and p.api == api.url)
+        if "AscendStoreConnector" in " ".join(proc.argv) and api.role == "prefill":
+            out.append(api)
+    return out
+
+
+def _meta_gauge(http, plan, name: str) -> float:
+    text = http.get(f"{plan.expect.metaservice.metrics_url}/metrics", timeout=5).text
+    return _counter(text, name)
+
+
+def test_pool_stores_blocks(http, entrypoint, plan):
+    """A new long prompt through the service puts its blocks into the MemCache pool."""
+    if not plan.expect.external_pool:
+        pytest.skip("no MemCache pool in this scenario")
+    before = _meta_gauge(http, plan, "memcache_stored_keys")
+    prompt = " ".join(f"store-check line {i} of a fresh document" for i in range(400))
+    r = http.post(f"{entrypoint}/v1/completions", timeout=120,
+                  json={"model": plan.expect.served_name, "prompt": prompt, "max_tokens": 4, "temperature": 0})
+    assert r.status_code == 200, f"request: {r.status_code} {r.text[:200]}"
+    after = _meta_gauge(http, plan, "memcache_stored_keys")
+    assert after > before, ("the MetaService stored no new keys after a long prompt: the producer's "
+                            "AscendStoreConnector is not saving to the pool (check MMC_LOCAL_CONFIG_PATH and pool capacity)")
+
+
+def test_pool_hits_across_engines(http, plan):
+    """A prefix prefilled by one pooled engine is an external hit on another pooled engine.
+
+    Local prefix caches cannot serve the second engine, so only the MemCache pool can: this
+    fails when the pool is missing, a hash seed differs, or a client holds the wrong config.
+    """
+    if not plan.expect.external_pool:
+        pytest.skip("no MemCache pool in this scenario")
+    apis = _pool_apis(plan)
+    first = apis[0]
+    second = next((a for a in apis if a.node != first.node), None)
+    if second is None:
+        pytest.skip("only one pooled producer exposes an API (the PP Prefill group serves from P0)")
+    prefix = " ".join(f"pool-check paragraph {i} about shared caches" for i in range(400))
+    body = {"model": plan.expect.served_name, "prompt": prefix, "max_tokens": 4, "temperature": 0}
+    r = http.post(f"{first.url}/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, f"{first.node}: {r.status_code} {r.text[:200]}"
+    _, before = _external(http, plan, [second])
+    r = http.post(f"{second.url}/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, f"{second.node}: {r.status_code} {r.text[:200]}"
+    _, after = _external(http, plan, [second])
+    assert after > before, (f"{second.node} found none of the blocks {first.node} stored in the MemCache pool: "
+                            "check PYTHONHASHSEED on both, MMC_LOCAL_CONFIG_PATH and the MetaService")

@@ -37,6 +37,12 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
             "the engine clients are the only pool members, so they must contribute DRAM")
         add("k3-metaservice-host", "kit", "the MetaService runs on its own node 'meta' by default",
             "K3 §5.1.2.1 does not say where; any node works and the inventory can place it")
+        if opts.get("parsers", "on") == "on":
+            add("k3-pd-parsers", "seed", "adds --enable-auto-tool-choice --reasoning-parser kimi_k3 "
+                "--tool-call-parser kimi_k3 to both PD templates",
+                "K3 §10 says all three are required for reasoning and tool calling, but the §5.1.2 templates omit "
+                "them: without them reasoning markers leak into content and tool_choice auto gets HTTP 400 "
+                "(option parsers=off renders the templates as written)")
         add("k3-proxy", "seed", "the proxy registers all eight P and eight D engine APIs",
             "K3 §5.1.2.3 defers the proxy to the Mooncake PD tutorial, which registers every engine API")
     if needs_hash_seed(sc, "decode"):

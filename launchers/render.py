@@ -21,7 +21,7 @@ from .shell import Assign, Line, Raw, Script, Source, Unset, Var, w, words
 
 OPTIONS = {
     "draft": "DSpark3 draft checkpoint path (a3_pd, a3_pd_1m: enables DSpark3; others: overrides the path)",
-    "parsers": "on|off: reasoning/tool parser flags where the guide leaves them optional (950DT)",
+    "parsers": "on|off: reasoning/tool parser flags where the guide's templates omit them (950DT, K3 8P8D)",
 }
 LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
@@ -249,7 +249,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                     env, argv, scope = engine.resolve(base_env, pos)
                     rank = int(pos[3])
                     ports = [PortUse(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
-                    if rank == 0:
+                    if rank == 0 and dp_size > 1:
                         ports.append(PortUse(port=int(pos[5]), purpose="DP RPC (--data-parallel-rpc-port)"))
                     ports += _hccl_ports(env)
                     api = f"http://{node.local_ip}:{pos[1]}"
@@ -274,7 +274,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                     ports.append(PortUse(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
                 if pp_rank == 0 and _flag(argv, "--master-port"):
                     ports.append(PortUse(port=int(_flag(argv, "--master-port")), purpose="PP master (--master-port)"))
-                if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port"):
+                if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
                     ports.append(PortUse(port=int(_flag(argv, "--data-parallel-rpc-port")),
                                          purpose="DP RPC (--data-parallel-rpc-port)"))
                 ports += _kv_ports(argv, pp_rank or 0, 0)
@@ -329,7 +329,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         headless=headless, metaservice=meta,
         ports={n.name: [p for proc in n.all_processes() for p in proc.ports] for n in node_plans},
         language_model_only=sc.language_model_only,
-        parsers=sc.family != "k31_a5" or parsers, kv_connector=sc.pd, external_pool=sc.pool != "none",
+        parsers=sc.family not in ("k31_a5", "k3_pd") or parsers, kv_connector=sc.pd, external_pool=sc.pool != "none",
         dp_routing=not sc.pd,
     )
     rendered.plan = Plan(

@@ -213,6 +213,8 @@ def k3_pd(ctx: Ctx) -> Script:
     c("--safetensors_load_strategy", "prefetch")("--mamba-cache-mode", "align")("--enable-prefix-caching")
     c("--additional-config", w('{"recompute_scheduler_enable":false}'))
     c("--limit-mm-per-prompt", w('{"vision_chunk": 2}' if prefill else '{"vision_chunk":2}'))
+    if ctx.parsers:  # K3 §10: required for reasoning and tool calling; the §5.1.2 templates omit them
+        c("--enable-auto-tool-choice")("--reasoning-parser", "kimi_k3")("--tool-call-parser", "kimi_k3")
     sizes = {"prefill": {"dp_size": 8, "tp_size": 16}, "decode": {"dp_size": 8, "tp_size": 16}}
     mooncake = {"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer" if prefill else "kv_consumer",
                 "kv_port": "@@KV@@", "kv_connector_extra_config": sizes}

@@ -236,6 +236,9 @@ def test_prefix_cache_counters_and_reset(servers):
     request(port, "/v1/chat/completions", chat(long + "third"))
     assert metric(request(port, "/metrics")[1], "vllm:prefix_cache_hits_total", engine="0") == h1
     assert request(servers["ports"]["raw"], "/reset_prefix_cache", body={}, method="POST")[0] == 404  # dev mode only
+    servers["procs"]["full"].wait_output("Engine 000: Avg prompt throughput: ")
+    assert "Prefix cache hit rate: " in servers["procs"]["full"].out
+    assert "External prefix cache hit rate" not in servers["procs"]["full"].out  # no connector configured
 
 
 def test_disable_log_stats_has_no_engine_metrics(servers):

@@ -6,11 +6,10 @@ import json
 import shlex
 
 import pytest
-
-from tests.sim._standin import procs  # noqa: F401
-from tests.sim._vllm import VLLM, env, free_port, model_dir
-
 from k3sim.vllm import cli, config, kvconfig  # noqa: E402  (site path set by tests.sim._vllm)
+
+from tests.sim import _standin
+from tests.sim._vllm import VLLM, env, free_port, model_dir
 
 MC_PD = json.dumps({"prefill": {"dp_size": 8, "tp_size": 16}, "decode": {"dp_size": 8, "tp_size": 16}})
 V2_PD = json.dumps({"prefill": {"dp_size": 1, "tp_size": 4, "pp_size": 4, "pcp_size": 4, "dcp_size": 1},
@@ -45,7 +44,8 @@ K31_A3_PREFILL = """serve /root/.cache/Kimi-K3.1-Pro-w4a8 --host 0.0.0.0 --port 
  --max-num-batched-tokens 8192 --max-num-seqs 12 --enforce-eager --trust-remote-code --gpu-memory-utilization 0.90
  --block-size 768 --kv-cache-dtype int8 --attention_config.indexer_kv_dtype int8 --mm-encoder-tp-mode data
  --mm-processor-cache-gb 1 --skip-mm-profiling --enable-prefix-caching
- --additional-config '{"enable_flashcomm1":false,"multistream_overlap_shared_expert":false,"enable_fused_mc2":0,"enable_shared_expert_dp":false}'
+ --additional-config '{"enable_flashcomm1":false,"multistream_overlap_shared_expert":false,
+ "enable_fused_mc2":0,"enable_shared_expert_dp":false}'
  --limit-mm-per-prompt '{"vision_chunk":2}'
  --kv-transfer-config '{"kv_connector": "MooncakeConnectorV2", "kv_role": "kv_producer", "kv_port": "30000",
  "kv_connector_extra_config": V2PD}'""".replace("V2PD", V2_PD)
@@ -58,12 +58,16 @@ A5_DECODE = """serve /root/.cache/Kimi-K3.1-Pro-w4a8-mxfp --host 0.0.0.0 --port 
  --enable-prefix-caching --kv-cache-dtype fp8 --quantization ascend --attention_config.indexer_kv_dtype fp8
  --tokenizer-mode kimi_k3 --mm-processor-cache-gb 0 --mm-encoder-tp-mode data
  --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}'
- --additional-config '{"enable_mlapo":true,"multistream_overlap_shared_expert":true,"scheduler_config":{"recompute_scheduler_enable":true}}'
+ --additional-config '{"enable_mlapo":true,"multistream_overlap_shared_expert":true,
+ "scheduler_config":{"recompute_scheduler_enable":true}}'
  --profiler-config '{"profiler":"torch","torch_profiler_dir":"/tmp/prof","torch_profiler_with_stack":false}'
  --kv-transfer-config '{"kv_connector": "MooncakeConnectorV2", "kv_role": "kv_consumer", "kv_port": "30200",
  "engine_id": "d2", "kv_connector_extra_config": {"prefill": {"pp_size": 4, "pcp_size": 8, "dp_size": 1,
  "tp_size": 1}, "decode": {"dp_size": 4, "tp_size": 8}}}'
- --speculative-config '{"method":"dspark","model":"DRAFT","num_speculative_tokens":3,"draft_tensor_parallel_size":8,"draft_sample_method":"greedy","enforce_eager":false,"kv_cache_dtype":"auto"}'"""
+ --speculative-config '{"method":"dspark","model":"DRAFT","num_speculative_tokens":3,
+ "draft_tensor_parallel_size":8,"draft_sample_method":"greedy","enforce_eager":false,"kv_cache_dtype":"auto"}'"""
+
+procs = _standin.procs  # the shared fixture: started processes are killed after each test
 
 
 @pytest.mark.parametrize("line", [K3_MIXED_NODE0, K3_PD_PREFILL, K31_A3_PREFILL, A5_DECODE],
@@ -112,7 +116,8 @@ def test_unknown_option_is_argparse_error(tmp_path):
 def test_bad_json_and_bad_kv_config_are_argparse_errors(tmp_path):
     r = _run(tmp_path, ["serve", "/m", "--additional-config", "{bad"])
     assert r.returncode == 2
-    assert "vllm serve: error: argument --additional-config: Value {bad cannot be converted to <function loads" in r.stderr
+    assert ("vllm serve: error: argument --additional-config: Value {bad cannot be converted to <function loads"
+            in r.stderr)
     r = _run(tmp_path, ["serve", "/m", "--kv-transfer-config", '{"kv_connector":"MooncakeConnectorV1","kv_role":"x"}'])
     assert r.returncode == 2
     assert "1 validation error for KVTransferConfig" in r.stderr
@@ -127,7 +132,8 @@ def test_bad_json_and_bad_kv_config_are_argparse_errors(tmp_path):
     (["--tensor-parallel-size", "3"], {},
      "ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3)."),
     (["--pipeline-parallel-size", "4", "--nnodes", "4", "--tensor-parallel-size", "4",
-      "--prefill-context-parallel-size", "4", "--master-port", str(free_port())], {"VLLM_PP_LAYER_PARTITION": "25,25,24,18"},
+      "--prefill-context-parallel-size", "4", "--master-port", str(free_port())],
+     {"VLLM_PP_LAYER_PARTITION": "25,25,24,18"},
      "ValueError: sum(partitions)=92 does not match num_hidden_layers=93."),
     (["--tensor-parallel-size", "16", "--speculative-config", '{"method":"dspark","draft_tensor_parallel_size":4}'],
      {}, "speculative_draft_tensor_parallel_size=4 cannot be other value than target model tensor_parallel_size (16)"),

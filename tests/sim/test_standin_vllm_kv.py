@@ -6,10 +6,25 @@ import json
 import os
 import textwrap
 
-from tests.sim._standin import port_open, procs  # noqa: F401
-from tests.sim._vllm import SITE, VLLM, chat, env, free_port, metric, model_dir, request, set_faults, wait_exit, wait_ready
+from tests.sim import _standin
+from tests.sim._standin import port_open
+from tests.sim._vllm import (
+    SITE,
+    VLLM,
+    chat,
+    env,
+    free_port,
+    metric,
+    model_dir,
+    request,
+    set_faults,
+    wait_exit,
+    wait_ready,
+)
 
 PD = {"prefill": {"dp_size": 1, "tp_size": 2}, "decode": {"dp_size": 1, "tp_size": 2}}
+
+procs = _standin.procs  # the shared fixture: started processes are killed after each test
 
 
 def _kv(role: str, port: int, name: str = "MooncakeConnectorV1", **extra) -> str:
@@ -46,7 +61,8 @@ def test_p_to_d_handshake_success_and_drop_fault(tmp_path, procs):
     params = reply["kv_transfer_params"]
     assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
     assert params["remote_engine_id"] == "p0" and params["remote_port"] == p_kv and params["remote_host"] == "127.0.0.1"
-    assert params["remote_ptp_size"] == 2 and params["remote_multi_nodes_meta_mapping"]["1"]["handshake_port"] == p_kv + 1
+    assert params["remote_ptp_size"] == 2
+    assert params["remote_multi_nodes_meta_mapping"]["1"]["handshake_port"] == p_kv + 1
     assert reply["choices"][0]["finish_reason"] == "length"
     assert "Delaying free of" in p.out
     status, out, _ = request(d_port, "/v1/chat/completions", chat(text, kv_transfer_params=params))

@@ -2,10 +2,13 @@
 X-data-parallel-rank header, external DP, multi-node PP on the master port, and group faults."""
 from __future__ import annotations
 
-from tests.sim._standin import port_open, procs  # noqa: F401
+from tests.sim import _standin
+from tests.sim._standin import port_open
 from tests.sim._vllm import VLLM, chat, env, free_port, metric, model_dir, request, set_faults, wait_exit, wait_ready
 
 BASE = ["--served-model-name", "kimi-k3", "--tensor-parallel-size", "16", "--max-model-len", "8192"]
+
+procs = _standin.procs  # the shared fixture: started processes are killed after each test
 
 
 def _dp(model, rank: int, rpc: int, port: int, size: int = 3, headless: bool = True) -> list[str]:

@@ -61,8 +61,8 @@ def _dataclass(model: str, fields: dict[str, Field] | None, post: Callable[[str]
                 return data
             return validate_json(model, fields, value)
         except json.JSONDecodeError as exc:
-            raise argparse.ArgumentTypeError(ValidationFailure(model, [(
-                "", f"Invalid JSON: {exc.msg.lower()} at line {exc.lineno} column {exc.colno}", "json_invalid", value)]).render())
+            msg = f"Invalid JSON: {exc.msg.lower()} at line {exc.lineno} column {exc.colno}"
+            raise argparse.ArgumentTypeError(ValidationFailure(model, [("", msg, "json_invalid", value)]).render())
         except ValidationFailure as exc:
             raise argparse.ArgumentTypeError(exc.render()) from None
 

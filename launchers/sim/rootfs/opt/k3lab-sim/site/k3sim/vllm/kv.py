@@ -100,7 +100,8 @@ class MooncakeSide:
             for pcp_rank in range(self.pcp):
                 for tp_rank in range(self.tp):
                     offset = (pp_rank * self.pcp + pcp_rank) * self.tp + tp_rank
-                    self.mapping[str(offset)] = {"host": peer["host"], "engine_id": peer.get("engine_id", self.engine_id),
+                    self.mapping[str(offset)] = {"host": peer["host"],
+                                                 "engine_id": peer.get("engine_id", self.engine_id),
                                                  "handshake_port": self.side_port + offset}
         self.log.info("mooncake_connector.py:1790", "MooncakeConnector set_xfer_handshake_metadata: worker_count=%d, "
                       "updated=%s, multi_nodes_meta_mapping=%s", len(self.mapping), True, self.mapping)
@@ -200,8 +201,8 @@ class MooncakeSide:
                 for tp_rank in tp_ranks:
                     offset = (pp_rank * ppcp + pcp_rank) * ptp + tp_rank
                     peer = mapping.get(str(offset)) or {}
-                    out.append((peer.get("host") or params["remote_host"], int(peer.get("handshake_port") or base + offset),
-                                offset))
+                    host = peer.get("host") or params["remote_host"]
+                    out.append((host, int(peer.get("handshake_port") or base + offset), offset))
         return out
 
     def pull(self, request_id: str, params: dict[str, Any], num_tokens: int) -> tuple[bool, str]:
@@ -240,7 +241,8 @@ class MooncakeSide:
         try:
             chan = wire.connect(head[0], head[1], timeout)
             chan.settimeout(timeout)
-            chan.send({"op": "read_blocks", "request_id": remote_rid, "block_ids": params.get("remote_block_ids") or []})
+            blocks = params.get("remote_block_ids") or []
+            chan.send({"op": "read_blocks", "request_id": remote_rid, "block_ids": blocks})
             reply = chan.recv()
             if reply and reply.get("ret") == 0:
                 chan.send({"op": "done_recving_msg", "request_id": remote_rid})

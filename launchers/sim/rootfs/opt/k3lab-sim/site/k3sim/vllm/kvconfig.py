@@ -129,7 +129,8 @@ def build(data: dict | None, dp_size: int, dp_rank: int) -> KVConfig | None:
             try:
                 child = validate_dict("KVTransferConfig", FIELDS, dict(item)) if isinstance(item, dict) else item
                 if not isinstance(child, dict):
-                    raise ValidationFailure("KVTransferConfig", [("", "Input should be a dictionary", "dict_type", item)])
+                    raise ValidationFailure("KVTransferConfig",
+                                            [("", "Input should be a dictionary", "dict_type", item)])
                 child.setdefault("engine_id", engine_id)
                 _post_init(child)
             except ValidationFailure as exc:
@@ -168,7 +169,8 @@ def check_mooncake_extra(conn: Connector) -> dict[str, int]:
     return sizes
 
 
-def handshake_ports(conn: Connector, dp_rank: int, tp: int, pp: int, pcp: int, pp_rank: int) -> list[tuple[int, int, int]]:
+def handshake_ports(conn: Connector, dp_rank: int, tp: int, pp: int, pcp: int,
+                    pp_rank: int) -> list[tuple[int, int, int]]:
     """(port, tp_rank, pcp_rank) this node binds: its own pp_rank, all local tp/pcp ranks (§3)."""
     out = []
     for pcp_rank in range(pcp):

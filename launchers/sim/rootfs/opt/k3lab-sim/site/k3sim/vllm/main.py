@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 
 from k3sim.vllm import VLLM_VERSION, ascend_config, cli, config

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DOCS = "https://errors.pydantic.dev/2.12/v"
+_BOOL_WORDS = ("true", "false", "1", "0", "yes", "no", "on", "off", "t", "f", "y", "n")
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def _coerce(name: str, spec: Field, value: Any, errors: list) -> Any:
             return value
         if value in (0, 1):
             return bool(value)
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off", "t", "f", "y", "n"):
+        if isinstance(value, str) and value.lower() in _BOOL_WORDS:
             return value.lower() in ("true", "1", "yes", "on", "t", "y")
         errors.append((name, "Input should be a valid boolean", "bool_type", value))
     elif kind == "dict":

@@ -12,7 +12,7 @@ from k3sim import hw
 from k3sim.vllm import VLLM_VERSION, config, hostenv, kvconfig
 from k3sim.vllm.config import ServeConfig
 from k3sim.vllm.engine import Engine, wait_while_hung
-from k3sim.vllm.errors import RequestError, StartupError
+from k3sim.vllm.errors import RequestError
 from k3sim.vllm.kv import MooncakeSide, PoolClient
 from k3sim.vllm.log import Logger, engine_logger
 from k3sim.vllm.topology import GroupClient, GroupServer, ready_timeout

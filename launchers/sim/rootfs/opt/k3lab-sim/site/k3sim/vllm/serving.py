@@ -174,7 +174,8 @@ class OpenAIServing:
     def _tool_choice(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         tools = body.get("tools") or []
         choice = body.get("tool_choice", "auto" if tools else "none")
-        if choice == "auto" and tools and not (self.cfg.args.enable_auto_tool_choice and self.cfg.args.tool_call_parser):
+        auto_ok = self.cfg.args.enable_auto_tool_choice and self.cfg.args.tool_call_parser
+        if choice == "auto" and tools and not auto_ok:
             raise RequestError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         if choice in ("required",) or isinstance(choice, dict):
             if not tools:

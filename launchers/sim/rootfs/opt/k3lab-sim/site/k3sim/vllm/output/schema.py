@@ -46,7 +46,8 @@ def _number(schema: dict, integer: bool) -> float | int:
         if hi is not None and value > hi:
             value = math.floor(hi / mult) * mult
     if integer:
-        value = int(math.ceil(value)) if lo is not None and math.ceil(value) <= (hi if hi is not None else math.inf) else int(value)
+        upper = hi if hi is not None else math.inf
+        value = int(math.ceil(value)) if lo is not None and math.ceil(value) <= upper else int(value)
     return value
 
 

@@ -50,7 +50,8 @@ def _load_bytes(url: str, allowed_local: str) -> bytes:
         path = os.path.realpath(urllib.request.url2pathname(url[5:].removeprefix("//")))
         root = os.path.realpath(allowed_local)
         if os.path.commonpath([path, root]) != root:
-            raise RequestError(f"The file path {path} must be a subpath of `--allowed-local-media-path {allowed_local}`.")
+            raise RequestError(f"The file path {path} must be a subpath of "
+                               f"`--allowed-local-media-path {allowed_local}`.")
         try:
             with open(path, "rb") as fh:
                 return fh.read()
@@ -70,14 +71,15 @@ def _colour(img) -> str:
     small.thumbnail((32, 32))
     counts: Counter[str] = Counter()
     for r, g, b in small.getdata():
-        name = min(PALETTE, key=lambda n: (PALETTE[n][0] - r) ** 2 + (PALETTE[n][1] - g) ** 2 + (PALETTE[n][2] - b) ** 2)
+        name = min(PALETTE, key=lambda n: sum((c - v) ** 2 for c, v in zip(PALETTE[n], (r, g, b))))
         counts[name] += 1
     return counts.most_common(1)[0][0]
 
 
 def load(url: str, allowed_local: str) -> Image:
     raw = _load_bytes(url, allowed_local)
-    from PIL import Image as PILImage, UnidentifiedImageError
+    from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
 
     try:
         with PILImage.open(io.BytesIO(raw)) as img:

@@ -1,0 +1,219 @@
+"""pytest plugin for the conformance suite: metadata, evidence, benchmark options, results file.
+
+Enable with one line in ``conformance/conftest.py``: ``pytest_plugins = ["conformance.plugin"]``.
+
+* Conformance metadata, declared next to the test as in Kubernetes' ``ConformanceIt`` comments:
+  a module-level ``CONFORMANCE = {"area": ..., "id": ..., "must": ...}`` applies to every test of
+  the module; a function attribute of the same name (``@conformance(...)`` or
+  ``test_x.CONFORMANCE = {...}``) overrides it key by key. Defaults: area from the module name
+  (``test_npu.py`` -> ``npu``), id ``<area>.<function>``. Each lands in JUnit as
+  ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
+* Evidence from :mod:`conformance.evidence` (and a default ``kind`` for plain assertion failures)
+  is copied into the test's properties.
+* ``--perf`` / ``--accuracy`` enable ``conformance/perf.py`` / ``accuracy.py`` (otherwise collected
+  and skipped, so the report shows they did not run).
+* At session end the controller writes ``RUN_DIR/conformance-results.json``. Results are gathered
+  from ``pytest_runtest_logreport`` only, which under xdist fires on the controller with every
+  worker's reports, so metadata must travel in ``user_properties`` (the controller never collects).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import evidence
+
+HERE = Path(__file__).resolve().parent
+OPT_IN = {"perf.py": "perf", "accuracy.py": "accuracy"}  # module file -> marker and option
+RESULTS = "conformance-results.json"
+_PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
+
+
+def conformance(**meta: str):
+    """Decorator form of a function-level ``CONFORMANCE`` (area=, id=, must=)."""
+    def mark(fn):
+        fn.CONFORMANCE = {**getattr(fn, "CONFORMANCE", {}), **meta}
+        return fn
+    return mark
+
+
+# ------------------------------------------------------------------------------------ options
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("k3lab-bench", "k3lab performance and accuracy")
+    group.addoption("--perf", action="store_true", default=False, help="run conformance/perf.py (vllm bench serve)")
+    group.addoption("--accuracy", action="store_true", default=False, help="run conformance/accuracy.py (AISBench)")
+    group.addoption("--bench-node", default=None, metavar="NODE",
+                    help="run the load generator inside NODE's container (docker exec) instead of on the kit host")
+    group.addoption("--perf-baseline", default=None, metavar="FILE",
+                    help="baseline JSON (default fixtures/baselines/<scenario>.json)")
+    group.addoption("--perf-threshold", type=float, default=None,
+                    help="throughput >= threshold*baseline, latency <= baseline/threshold "
+                         "(default: the baseline file's threshold, else 0.97)")
+    group.addoption("--acc-tolerance", type=float, default=1.0,
+                    help="accuracy must lie within +/- this many points of the guide's figure (default 1.0)")
+    group.addoption("--aisbench-task", action="append", default=[], metavar="DATASET=TASK",
+                    help="AISBench dataset task per dataset, e.g. mmmu_pro=mmmu_pro_options10_cot_gen")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "perf: performance check, runs only with --perf")
+    config.addinivalue_line("markers", "accuracy: accuracy check, runs only with --accuracy")
+    if not hasattr(config, "workerinput"):  # xdist workers report; only the controller writes
+        config.pluginmanager.register(_Recorder(config), "k3lab-conformance-recorder")
+
+
+def pytest_collect_file(file_path, parent):
+    """perf.py / accuracy.py do not match python_files; collect them unless named on the command line."""
+    if file_path.parent == HERE and file_path.name in OPT_IN and not parent.session.isinitpath(file_path):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
+
+
+# ----------------------------------------------------------------------------------- metadata
+
+
+def metadata(item) -> dict[str, str]:
+    module = getattr(item, "module", None)
+    fn = getattr(item, "function", None)
+    meta = {**getattr(module, "CONFORMANCE", {}), **getattr(fn, "CONFORMANCE", {})}
+    stem = Path(str(getattr(item, "path", "") or "other")).stem
+    area = str(meta.get("area") or (stem[5:] if stem.startswith("test_") else stem))
+    name = getattr(item, "originalname", None) or item.name
+    out = {"conformance.area": area, "conformance.id": str(meta.get("id") or f"{area}.{name}"),
+           "conformance.must": str(meta.get("must", ""))}
+    node = _node_of(item)
+    if node:
+        out["conformance.node"] = node
+    return out
+
+
+def _node_of(item) -> str | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for key in _PARAM_NODE:
+        value = params.get(key)
+        if value is None:
+            continue
+        owner = getattr(value, "node", None)  # ApiEndpoint / Process name their node
+        return owner if isinstance(owner, str) else getattr(value, "name", None)
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        have = {k for k, _ in item.user_properties}
+        item.user_properties.extend((k, v) for k, v in metadata(item).items() if k not in have)
+        for marker in OPT_IN.values():
+            if item.get_closest_marker(marker) and not config.getoption(f"--{marker}"):
+                item.add_marker(pytest.mark.skip(reason=f"{marker} checks not requested (pass --{marker})"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Before pytest builds the report from user_properties: add the failure's evidence."""
+    excinfo = call.excinfo
+    if excinfo is None or excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception)):
+        return None
+    if any(k == "kind" for k, _ in item.user_properties):
+        return None  # a previous phase already classified it
+    item.user_properties.extend(evidence.properties(excinfo.value, getattr(item, "module", None)))
+    return None
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+def _short(report) -> str:
+    lr = report.longrepr
+    if lr is None:
+        return ""
+    if isinstance(lr, tuple):  # skip: (path, line, reason)
+        return str(lr[2]).removeprefix("Skipped: ")
+    crash = getattr(lr, "reprcrash", None)
+    if crash is not None:
+        return evidence.strip_prefix(crash.message)
+    lines = str(lr).strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+class _Recorder:
+    """Folds the setup/call/teardown reports of each test into one result row."""
+
+    def __init__(self, config):
+        self.config = config
+        self.tests: dict[str, dict[str, Any]] = {}
+        self.started = _dt.datetime.now(_dt.timezone.utc)
+
+    def pytest_runtest_logreport(self, report):
+        row = self.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration": 0.0,
+                                                    "properties": {}, "message": ""})
+        row["duration"] += getattr(report, "duration", 0.0) or 0.0
+        row["properties"].update({str(k): str(v) for k, v in report.user_properties})
+        outcome = _outcome(report)
+        if outcome and (row["outcome"] == "passed" or report.when == "call"):
+            row["outcome"] = outcome
+            row["message"] = row["message"] or _short(report)
+        elif report.failed and report.when == "teardown":
+            row["message"] = row["message"] or _short(report)
+
+    def pytest_collectreport(self, report):
+        if report.failed:  # an import error must not leave an empty, green-looking run
+            self.tests[report.nodeid or "<collection>"] = {
+                "nodeid": report.nodeid or "<collection>", "outcome": "error", "duration": 0.0,
+                "properties": {"kind": "kit"}, "message": _short(report)}
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        run_dir = self.config.getoption("--run-dir", default=None) or os.environ.get("K3LAB_RUN_DIR")
+        if not run_dir or not Path(run_dir).is_dir():
+            return
+        rows = [_finish(r) for r in self.tests.values()]
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        doc = {"schema": 1, "exitstatus": int(exitstatus), "started": self.started.isoformat(timespec="seconds"),
+               "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               "versions": _versions(), "counts": counts, "tests": rows}
+        path = Path(run_dir) / RESULTS
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        tmp.replace(path)  # never leave a half-written file for the report to choke on
+
+
+def _outcome(report) -> str | None:
+    """None: this phase does not change a passing outcome."""
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if report.passed:
+            return "xpassed" if xfail else "passed"
+        if report.skipped:
+            return "xfailed" if xfail else "skipped"
+        return "failed"
+    if report.skipped:
+        return "xfailed" if xfail else "skipped"
+    if report.failed:
+        return "error"
+    return None
+
+
+def _finish(row: dict[str, Any]) -> dict[str, Any]:
+    props = row["properties"]
+    param = row["nodeid"].rsplit("[", 1)[1][:-1] if row["nodeid"].endswith("]") else None
+    return {"nodeid": row["nodeid"], "area": props.get("conformance.area", "other"),
+            "id": props.get("conformance.id"), "must": props.get("conformance.must", ""),
+            "node": props.get("conformance.node"), "param": param, "outcome": row["outcome"],
+            "duration": round(row["duration"], 3), "properties": props, "message": row["message"]}
+
+
+def _versions() -> dict[str, str]:
+    try:
+        from launchers import __version__ as k3lab
+    except ImportError:  # plugin used outside the kit's tree
+        k3lab = "unknown"
+    return {"k3lab": k3lab, "python": platform.python_version(), "pytest": pytest.__version__}
