@@ -71,6 +71,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def faults(session: nox.Session) -> None:
+    """The fault matrix: every catalogued fault caught by exactly its intended checks (static + live)."""
+    install(session)
+    session.run("k3lab", "faults", "--json", "build/faults.json", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "launchers", "conformance", "tests", "--select", "E,F,W,I", "--line-length", "120")

@@ -65,6 +65,9 @@ class Backend:
     def stage_extra(self, node: NodePlan) -> dict[str, tuple[bytes, int]]:
         return {}
 
+    def after_start(self) -> None:
+        """Target hook once every container runs, before the first stage."""
+
     # --- shared
     def labels(self, node: NodePlan) -> dict[str, str]:
         return {**node.container.labels, LABEL: self.run_id}
@@ -112,8 +115,10 @@ class SimBackend(Backend):
 
     target = "sim"
 
-    def __init__(self, plan: Plan, run_id: str, subnet: str, device_subnet: str) -> None:
+    def __init__(self, plan: Plan, run_id: str, subnet: str, device_subnet: str, faults: dict | None = None) -> None:
         super().__init__(plan, run_id)
+        # injected faults: {"hw": {node: node.json faults}, "shm": {node: size}, "hold_port": {node: port}}
+        self.faults = faults or {}
         self.engine = docker.from_env(timeout=120)
         self.subnet = subnet
         self.device_subnet = device_subnet
@@ -151,8 +156,9 @@ class SimBackend(Backend):
         kwargs = self.container_kwargs(node)
         networking = kwargs.pop("networking_config")
         kwargs.pop("network")
+        shm = self.faults.get("shm", {}).get(node.name, kwargs.pop("shm_size"))
         host_config = self.engine.api.create_host_config(
-            shm_size=kwargs.pop("shm_size"), cap_add=kwargs.pop("cap_add"), mounts=kwargs.pop("mounts"),
+            shm_size=shm, cap_add=kwargs.pop("cap_add"), mounts=kwargs.pop("mounts"),
             network_mode=self.network_name)
         created = self.engine.api.create_container(
             image=kwargs["image"], name=kwargs["name"], hostname=kwargs["hostname"], labels=self.labels(node),
@@ -174,13 +180,22 @@ class SimBackend(Backend):
                             "gateway": str(ipaddress.ip_address(base + 1))})
         hw = {"node": node.name, "platform": node.platform, "device_count": node.device_count,
               "host_ip": node.address, "nic": "eth0", "super_pod_id": 0, "server_index": index,
-              "devices": devices, "faults": {}}
+              "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
         files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
         for path in (FIXTURES / "checkpoints").rglob("*"):
             if path.is_file():
                 rel = path.relative_to(FIXTURES / "checkpoints")
                 files[f"/root/.cache/{rel}"] = (path.read_bytes(), 0o644)
         return files
+
+
+    def after_start(self) -> None:
+        for node, port in self.faults.get("hold_port", {}).items():
+            hold = (f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',{int(port)})); s.listen(); "
+                    "time.sleep(86400)")
+            self.containers[node].exec_run(["python3", "-S", "-c", hold], detach=True)
+        if self.faults.get("hold_port"):
+            time.sleep(0.5)
 
 
 class LabBackend(Backend):

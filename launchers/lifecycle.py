@@ -190,9 +190,9 @@ class Progress:
 # ------------------------------------------------------------------------------------ up/down
 
 
-def _backend(plan: Plan, run_id: str, inv) -> Backend:
+def _backend(plan: Plan, run_id: str, inv, sim_faults: dict | None = None) -> Backend:
     if plan.target == "sim":
-        return SimBackend(plan, run_id, inv.sim.subnet, inv.sim.device_subnet)
+        return SimBackend(plan, run_id, inv.sim.subnet, inv.sim.device_subnet, faults=sim_faults)
     return LabBackend(plan, run_id)
 
 
@@ -209,7 +209,8 @@ def _refuse_collision(plan: Plan) -> None:
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
-       keep_on_failure: bool = False) -> Run:
+       keep_on_failure: bool = False, sim_faults: dict | None = None) -> Run:
+    """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start."""
     from .cli import load_inventory
 
     inv, inv_name = load_inventory(scenario, inventory_path)
@@ -228,7 +229,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     run_dir = RUNS / run_id
     render.write(rendered, run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))
-    run = Run(run_id, run_dir, plan, rendered, _backend(plan, run_id, inv), {"render_preflight_s": time.monotonic() - started})
+    run = Run(run_id, run_dir, plan, rendered, _backend(plan, run_id, inv, sim_faults), {"render_preflight_s": time.monotonic() - started})
     run.save("starting")
     _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -239,6 +240,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         run.backend.parallel(run.backend.create, plan.nodes)
         run.backend.parallel(lambda n: run.backend.put(n, _node_files(run, n)), plan.nodes)
         run.backend.parallel(run.backend.start, plan.nodes)
+        run.backend.after_start()
         run.timings["containers_s"] = time.monotonic() - t
         run.save("starting")
         for stage in plan.stages:
@@ -397,7 +399,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_faults(args: argparse.Namespace) -> int:
+    from . import faults
+
+    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.json) if args.json else None)
+    faults.print_table(rows)
+    return 0 if all(r["verdict"] == "ok" for r in rows) else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args.out, args.scenario or ["a3_pd_1m", "k3_a3_pd"], not args.no_live)
+
+
 def add_commands(sub, scenario_args) -> None:
+    p = sub.add_parser("faults", help="run the fault matrix and print expected vs observed failing checks")
+    p.add_argument("--id", action="append", help="only these fault ids")
+    p.add_argument("--static-only", action="store_true")
+    p.add_argument("--json", help="write the rows as JSON")
+    p.set_defaults(fn=cmd_faults)
+    p = sub.add_parser("bench", help="benchmarks as JSON")
+    p.add_argument("--out", default="build/bench.json")
+    p.add_argument("--scenario", action="append")
+    p.add_argument("--no-live", action="store_true", help="render and preflight only")
+    p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("up", help="bring a scenario up (sim by default, lab with --inventory)")
     scenario_args(p)
     p.add_argument("--target", choices=["sim", "lab"])

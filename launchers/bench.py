@@ -1,0 +1,110 @@
+"""Benchmarks (never timed tests): render+preflight, bring-up per stage, conformance, teardown, memory.
+
+``k3lab bench --out build/bench.json [--scenario ID ...] [--no-live]`` writes one JSON document.
+The floor of a bring-up is one container start plus, per stage, the cost of starting one
+process and its load phase: the kit cannot be faster than that chain on this machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import catalog, preflight, render, siminventory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def render_preflight(repeat: int = 5) -> dict:
+    per: dict[str, list[float]] = {sid: [] for sid in catalog.SCENARIOS}
+    totals = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for sid in catalog.SCENARIOS:
+            t = time.perf_counter()
+            r = render.build(sid, siminventory.default(sid))
+            preflight.run(r.plan, r.files)
+            per[sid].append(time.perf_counter() - t)
+        totals.append(time.perf_counter() - t0)
+    return {"all_twelve_s_median": statistics.median(totals), "all_twelve_s_runs": totals,
+            "per_scenario_s_median": {k: statistics.median(v) for k, v in per.items()}}
+
+
+def _peak_memory_mb(run) -> dict[str, float]:
+    out = {}
+    for node, container in run.backend.containers.items():
+        stats = container.stats(stream=False).get("memory_stats", {})
+        peak = stats.get("max_usage") or stats.get("usage") or 0
+        out[node] = round(peak / 2**20, 1)
+    return out
+
+
+def _process_start_s(run) -> float:
+    node = run.plan.nodes[0].name
+    t = time.perf_counter()
+    run.backend.exec(node, ["python3", "-c", "pass"])
+    return time.perf_counter() - t
+
+
+def _container_start_s() -> float:
+    import docker
+
+    from .sim import image
+
+    client = docker.from_env()
+    ref = image.ensure(client)
+    t = time.perf_counter()
+    c = client.containers.run(ref, ["/bin/true"], mounts=image.host_mounts(), detach=True)
+    c.wait(timeout=30)
+    elapsed = time.perf_counter() - t
+    c.remove(force=True)
+    return elapsed
+
+
+def live(scenario: str, conformance: bool = True) -> dict:
+    from . import lifecycle
+
+    t0 = time.perf_counter()
+    run = lifecycle.up(scenario, None, {}, "sim")
+    result = {"timings": dict(run.timings)}
+    try:
+        result["peak_memory_mb"] = _peak_memory_mb(run)
+        load = float(os.environ.get("K3SIM_LOAD_SECONDS", "0.3"))
+        start = _container_start_s()
+        proc = _process_start_s(run)
+        floor = start + len(run.plan.stages) * (proc + load)
+        result["floor_s"] = {"value": round(floor, 2), "container_start_s": round(start, 2),
+                             "process_start_s": round(proc, 2), "load_s": load, "stages": len(run.plan.stages)}
+        result["up_over_floor"] = round(run.timings["up_s"] / floor, 2)
+        if conformance:
+            t = time.perf_counter()
+            cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), f"--run-dir={run.dir}", "-q",
+                   "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
+            proc_res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            result["conformance_s"] = round(time.perf_counter() - t, 2)
+            result["conformance_summary"] = (proc_res.stdout.strip().splitlines() or [""])[-1]
+    finally:
+        lifecycle.down(run)
+        result["timings"]["teardown_s"] = run.timings.get("teardown_s")
+        result["cycle_s"] = round(time.perf_counter() - t0, 2)
+    return result
+
+
+def main(out: str, scenarios: list[str], with_live: bool) -> int:
+    doc = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+           "targets": {"render_preflight_all_twelve_s": "well under 1", "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
+                       "k3_a3_pd_up_s": 30, "engine_rss_mb": 60},
+           "render_preflight": render_preflight()}
+    if with_live:
+        doc["scenarios"] = {sid: live(sid) for sid in scenarios}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=2))
+    print(json.dumps({"render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
+                      **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
+                         for sid, r in doc.get("scenarios", {}).items()}}, indent=2))
+    return 0

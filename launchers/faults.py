@@ -1,0 +1,383 @@
+"""The fault catalog: every known failure mode, how it is injected, and which checks must fail.
+
+Static faults mutate an inventory, a plan or a rendered file and are caught by preflight.
+Live faults run on the simulator: injected at start (simulated hardware, container settings, a
+port held before the engines start) or into a running deployment (``k3sim-fault`` in a node,
+a stray process), then caught by a readiness gate or by the conformance suite. ``run_matrix``
+proves each one is caught by exactly its intended checks and prints the table.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import preflight, render, siminventory
+from .inventory import Inventory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Fault:
+    id: str
+    mode: str  # the failure mode, with the prior-art number where one exists
+    scenario: str
+    expect: frozenset[str]  # preflight check ids, "gate:<stage>", or conformance test ids
+    mutate: Callable[[], render.Rendered] | None = None  # static
+    at_start: dict = field(default_factory=dict)  # live, before the stages: {"hw": {node: faults}, ...}
+    running: list[tuple[str, list[str]]] = field(default_factory=list)  # live: (node, command) after up
+    message: str = ""  # text the gate failure must contain
+
+    @property
+    def kind(self) -> str:
+        return "static" if self.mutate else "live"
+
+
+# ------------------------------------------------------------------------- static mutations
+
+
+def rendered(sid: str) -> render.Rendered:
+    return render.build(sid, siminventory.default(sid))
+
+
+def _proc(r: render.Rendered, pid: str):
+    return next(p for p in r.plan.processes() if p.id == pid)
+
+
+def _set_flag(argv: list[str], name: str, value: str | None) -> None:
+    i = argv.index(name)
+    if value is None:
+        del argv[i:i + 2]
+    else:
+        argv[i + 1] = value
+
+
+def _ranks(sid: str, ranks: dict[str, int]) -> render.Rendered:
+    inv = siminventory.default(sid).model_dump()
+    for node, rank in ranks.items():
+        next(n for n in inv["nodes"] if n["name"] == node)["rank"] = rank
+    return render.build(sid, Inventory.model_validate(inv))
+
+
+def _ports(sid: str, **update) -> render.Rendered:
+    inv = siminventory.default(sid)
+    return render.build(sid, inv.model_copy(update={"ports": inv.ports.model_copy(update=update)}))
+
+
+def m_dp_ranks():
+    return _ranks("k3_a3_mixed", {"node2": 1})
+
+
+def m_pp_ranks():
+    return _ranks("a3_pd", {"p2": 1})
+
+
+def m_devices():
+    r = rendered("a3_pd")
+    _proc(r, "d0/engine0").devices = list(range(8))
+    return r
+
+
+def m_ports():
+    return _ports("a3_pd", proxy=8000)
+
+
+def m_kv_reserved():
+    return _ports("a3_pd", kv_prefill=30000)
+
+
+def m_kv_collide():
+    return _ports("k3_a3_pd", api=36005)
+
+
+def m_addresses():
+    r = rendered("a3_pd")
+    _proc(r, "d1/engine1").env["HCCL_IF_IP"] = "172.28.0.99"
+    return r
+
+
+def m_mmc_urls():
+    r = rendered("a3_pd_pooled")
+    r.files["p1"]["mmc-local.conf"] = r.files["p1"]["mmc-local.conf"].replace("172.28.0.5:5000", "172.28.0.6:5000")
+    return r
+
+
+def m_pd_sizes():
+    r = rendered("a3_pd")
+    argv = _proc(r, "d0/engine0").argv
+    kv = json.loads(preflight.flag(argv, "--kv-transfer-config"))
+    kv["kv_connector_extra_config"]["decode"]["tp_size"] = 8
+    _set_flag(argv, "--kv-transfer-config", json.dumps(kv))
+    return r
+
+
+def m_parsers():
+    r = rendered("a3_pd")
+    _set_flag(_proc(r, "p1/engine").argv, "--tool-call-parser", None)
+    return r
+
+
+def m_hashseed():
+    r = rendered("a3_pd")
+    _proc(r, "d2/engine2").env.pop("PYTHONHASHSEED")
+    return r
+
+
+def m_pp_partition():
+    r = rendered("a3_pd")
+    _proc(r, "p1/engine").env["VLLM_PP_LAYER_PARTITION"] = "25,25,24"
+    return r
+
+
+def m_dspark():
+    r = rendered("a3_pd_pooled")
+    argv = _proc(r, "d0/engine0").argv
+    spec = json.loads(preflight.flag(argv, "--speculative-config"))
+    spec["draft_tensor_parallel_size"] = 4
+    _set_flag(argv, "--speculative-config", json.dumps(spec))
+    return r
+
+
+def m_mmc_pool():
+    r = rendered("a3_pd_pooled")
+    r.files["d3"]["mmc-local.conf"] = r.files["d3"]["mmc-local.conf"].replace("dram.size = 0GB", "dram.size = 1GB")
+    return r
+
+
+def m_one_m():
+    r = rendered("k3_a3_mixed")
+    r.plan.expect.max_model_len = 1048576
+    for p in r.plan.processes():
+        if p.kind == "engine":
+            _set_flag(p.argv, "--max-model-len", "1048576")
+    return r
+
+
+def m_max_len():
+    r = rendered("a3_pd_1m")
+    _set_flag(_proc(r, "d1/engine1").argv, "--max-model-len", "204800")
+    return r
+
+
+def m_proxy_vars():
+    r = rendered("a3_pd")
+    _proc(r, "p0/engine").unset.remove("http_proxy")
+    return r
+
+
+def m_model():
+    r = rendered("a3_pd")
+    _set_flag(_proc(r, "d3/engine3").argv, "--served-model-name", "kimi-k3")
+    return r
+
+
+def m_shm():
+    r = rendered("a3_pd")
+    r.plan.node("d1").container.shm_size = "64m"
+    return r
+
+
+def m_driver_mount():
+    r = rendered("k3_a3_mixed")
+    c = r.plan.node("node1").container
+    c.mounts = [m for m in c.mounts if "hccn_tool" not in m.target]
+    return r
+
+
+def m_launcher():
+    r = rendered("k3_a3_pd")
+    _proc(r, "d0/launcher").argv.extend(["--pp-size", "1"])
+    return r
+
+
+def m_wrong_nic():
+    r = rendered("k3_a2_mixed")
+    _proc(r, "node3/engine").env["GLOO_SOCKET_IFNAME"] = "ib0"
+    return r
+
+
+S = frozenset
+STATIC = [
+    Fault("S-DP-RANK-DUP", "F4 duplicate DP rank", "k3_a3_mixed", S({"PF-DP-RANKS"}), m_dp_ranks),
+    Fault("S-PP-RANK-DUP", "F4 duplicate PP node rank", "a3_pd", S({"PF-PP-RANKS"}), m_pp_ranks),
+    Fault("S-DEVICES", "visible devices != TP x PCP", "a3_pd", S({"PF-DEVICES"}), m_devices),
+    Fault("S-PORT-PROXY-API", "F2 proxy port on the P0 API port", "a3_pd", S({"PF-PORTS"}), m_ports),
+    Fault("S-KV-RESERVED", "F1 kv_port inside the Mooncake range", "a3_pd", S({"PF-KV-RESERVED"}), m_kv_reserved),
+    Fault("S-KV-COLLIDE", "F1/F2 engine API port inside its own KV range", "k3_a3_pd", S({"PF-PORTS"}),
+          m_kv_collide),
+    Fault("S-HCCL-IF-IP", "F6 HCCL_IF_IP of another node", "a3_pd", S({"PF-ADDRESSES"}), m_addresses),
+    Fault("S-WRONG-NIC", "F6 socket interface not the node's NIC", "k3_a2_mixed", S({"PF-ADDRESSES"}), m_wrong_nic),
+    Fault("S-MMC-URL", "F10 client config names another MetaService", "a3_pd_pooled", S({"PF-MMC-URLS"}), m_mmc_urls),
+    Fault("S-PD-SIZES", "F9 connector sizes disagree with the engines", "a3_pd", S({"PF-PD-SIZES"}), m_pd_sizes),
+    Fault("S-PARSERS", "F12 parser flags differ between engines", "a3_pd", S({"PF-PARSERS"}), m_parsers),
+    Fault("S-HASHSEED", "F11 PYTHONHASHSEED missing on one engine", "a3_pd", S({"PF-HASHSEED"}), m_hashseed),
+    Fault("S-PP-PARTITION", "layer partition with the wrong entry count", "a3_pd", S({"PF-PP-PARTITION"}),
+          m_pp_partition),
+    Fault("S-DSPARK-TP", "draft TP != target TP", "a3_pd_pooled", S({"PF-DSPARK"}), m_dspark),
+    Fault("S-MMC-DRAM", "F10 engine client holds DRAM beside providers", "a3_pd_pooled", S({"PF-MMC-POOL"}),
+          m_mmc_pool),
+    Fault("S-1M-4NODES", "F13 1M context on four A3 nodes", "k3_a3_mixed", S({"PF-1M-NODES"}), m_one_m),
+    Fault("S-MAXLEN", "max_model_len wrong for a 1M scenario", "a3_pd_1m", S({"PF-MODEL"}), m_max_len),
+    Fault("S-PROXY-VARS", "F7 proxy variables left set", "a3_pd", S({"PF-PROXY-VARS"}), m_proxy_vars),
+    Fault("S-SERVED-NAME", "served name differs on one engine", "a3_pd", S({"PF-MODEL"}), m_model),
+    Fault("S-SMALL-SHM", "F15 64 MB shm", "a3_pd", S({"PF-CONTAINER"}), m_shm),
+    Fault("S-DRIVER-MOUNT", "F15 hccn_tool not mounted", "k3_a3_mixed", S({"PF-CONTAINER"}), m_driver_mount),
+    Fault("S-LAUNCHER-PP", "seed defect: launch_online_dp.py --pp-size", "k3_a3_pd", S({"PF-LAUNCHER"}), m_launcher),
+]
+
+# Conformance test ids a broken PD request path fails (all go through the proxy).
+_PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean", "test_image_request",
+                "test_external_cache_hits_on_repeated_prefix"}
+
+LIVE = [
+    Fault("L-DEVICE-ALARM", "F15 NPU health Alarm", "a3_pd_1m", S({"test_npu_smi_devices_healthy[d1]"}),
+          running=[("d1", ["k3sim-fault", "set", "devices.3.health", "Alarm"])]),
+    Fault("L-LINK-DOWN", "F5 device link DOWN", "a3_pd_1m", S({"test_hccn_links_up[p1]"}),
+          running=[("p1", ["k3sim-fault", "set", "devices.2.link", "DOWN"])]),
+    Fault("L-NET-HEALTH", "F5 device net health Fault", "a3_pd_1m", S({"test_hccn_net_health[d0]"}),
+          running=[("d0", ["k3sim-fault", "set", "devices.5.net_health", "Fault"])]),
+    Fault("L-TLS", "TLS switch differs on one device", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
+          running=[("p2", ["k3sim-fault", "set", "devices.1.tls_switch", "1"])]),
+    Fault("L-PEER-UNREACHABLE", "F5 peer device unreachable", "a3_pd_1m", S({"test_cross_node_reachability"}),
+          running=[("p3", ["k3sim-fault", "add", "unreachable", "@vnic:d0:0"])]),
+    Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
+          running=[("p2", ["bash", "-c", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &"])]),
+    Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m", S(_PD_REQUESTS),
+          running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])]),
+    Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
+          S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
+          running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
+    Fault("L-PROVIDER-GONE", "F10 a provider exits", "a3_pd_pooled", S({"test_metaservice_capacity"}),
+          running=[("d2", ["bash", "-c", 'kill "$(cat /root/k3lab/.k3lab/d2_provider.pid)"'])]),
+    Fault("L-CONTAINER-STOPPED", "a node container exits", "k3_a3_mixed", S(),
+          running=[("@docker", ["stop", "node3"])]),
+    Fault("L-PROVIDER-SHORT", "F10 a provider registers 512 MB", "a3_pd_pooled", S({"gate:providers"}),
+          at_start={"hw": {"d1": {"provider": {"dram_size": "512MB"}}}}, message="to report 8589934592 bytes"),
+    Fault("L-HASH-SEED", "F11 one Prefill engine hashes with another seed", "k3_a3_pd",
+          S({"test_pool_hits_across_engines"}), at_start={"hw": {"p1": {"engine": {"hash_seed": "7"}}}}),
+    Fault("L-KV-PORT-TAKEN", "F1/F2 a KV port is held before the engine starts", "a3_pd_1m", S({"gate:heads"}),
+          at_start={"hold_port": {"d0": 36200}}, message="Address already in use"),
+    Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
+          S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
+    Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
+          at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}}, message="exited"),
+]
+CATALOG = {f.id: f for f in STATIC + LIVE}
+
+
+# ------------------------------------------------------------------------------------ running
+
+
+def run_static(fault: Fault) -> set[str]:
+    r = fault.mutate()
+    return {f.check for f in preflight.run(r.plan, r.files)}
+
+
+def _failing_tests(junit: Path) -> set[str]:
+    out = set()
+    for tc in ET.parse(junit).iter("testcase"):
+        if tc.find("failure") is not None or tc.find("error") is not None:
+            out.add(tc.get("name").split("@", 1)[0])
+    return out
+
+
+def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> set[str]:
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), f"--run-dir={run_dir}", "-q", "-p",
+           "no:cacheprovider", "-n", "2", "--dist", "loadgroup", f"--junitxml={out}", *(extra or [])]
+    subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=900)
+    return _failing_tests(out)
+
+
+def _resolve(run, arg: str) -> str:
+    """``@vnic:NODE:DEV`` -> that device's address, read from the node with hccn_tool (a real interface)."""
+    if not arg.startswith("@vnic:"):
+        return arg
+    _, node, dev = arg.split(":")
+    tool = "-vnic" if run.plan.node(node).platform == "A3" else "-ip"
+    _, out = run.backend.exec(node, ["hccn_tool", "-i", dev, tool, "-g"])
+    return out.split("ipaddr:")[1].split()[0]
+
+
+def inject(run, fault: Fault) -> None:
+    for node, cmd in fault.running:
+        if node == "@docker":
+            getattr(run.backend.containers[cmd[1]], cmd[0])(timeout=5)
+            continue
+        code, out = run.backend.exec(node, [_resolve(run, a) for a in cmd])
+        if code != 0:
+            raise RuntimeError(f"injecting {fault.id} on {node} failed: {out}")
+    time.sleep(1.5)  # processes notice faults within a second (engines and MetaService poll node.json)
+
+
+def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
+    from . import lifecycle
+
+    rows = []
+    faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
+    for f in faults:
+        if f.kind == "static":
+            rows.append(_row(f, run_static(f)))
+    running: dict[str, object] = {}
+    try:
+        for f in [f for f in faults if f.kind == "live" and f.running]:
+            run = running.get(f.scenario)
+            if run is None:
+                run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
+                base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
+                rows.append(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), base))
+            inject(run, f)
+            observed = conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")
+            rows.append(_row(f, observed))
+            lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
+            running.pop(f.scenario)
+        for f in [f for f in faults if f.kind == "live" and f.at_start]:
+            rows.append(_row(f, _run_start_fault(f)))
+    finally:
+        for run in running.values():
+            lifecycle.down(run)
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def _run_start_fault(f: Fault) -> set[str]:
+    from . import lifecycle
+
+    try:
+        run = lifecycle.up(f.scenario, None, {}, "sim", sim_faults=f.at_start)
+    except lifecycle.GateFailed as exc:
+        stage = str(exc).split(":", 1)[0].removeprefix("stage ")
+        return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
+    try:
+        return conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")
+    finally:
+        lifecycle.down(run)
+
+
+def _row(f: Fault, observed: set[str], want: frozenset[str] | None = None) -> dict:
+    want = f.expect if want is None else want
+    return {"fault": f.id, "mode": f.mode, "scenario": f.scenario, "kind": f.kind, "expected": sorted(want),
+            "observed": sorted(observed), "verdict": "ok" if set(observed) == set(want) else "MISMATCH"}
+
+
+def print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="k3lab fault matrix")
+    for col in ("fault", "scenario", "expected failing checks", "observed failing checks", "verdict"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["fault"], r["scenario"], ", ".join(r["expected"]) or "(none)",
+                      ", ".join(r["observed"]) or "(none)", r["verdict"])
+    Console(width=200).print(table)
+    ok = sum(r["verdict"] == "ok" for r in rows)
+    print(f"{ok}/{len(rows)} rows as intended")

@@ -1,0 +1,311 @@
+"""Acceptance reports from a fake run directory, and the conformance pytest plugin (via pytester)."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from launchers import render, report, siminventory
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = "<img src=x onerror=alert(1)>"
+SECRET = "sk-k3lab-SECRET&<42>"
+
+
+def _row(nodeid, area, node, outcome, props=None, message=""):
+    return {"nodeid": nodeid, "area": area, "node": node, "param": node, "outcome": outcome, "duration": 0.5,
+            "properties": props or {}, "message": message}
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    plan = json.loads(render.plan_json(render.build("a3_pd_1m", siminventory.default("a3_pd_1m")).plan))
+    plan["nodes"][3]["name"] = HOSTILE  # p3 renamed by a hostile inventory
+    plan["inventory"] = f"lab-{HOSTILE}"
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "run-state.json").write_text(json.dumps({"run": "a3_pd_1m-20260112", "status": "down"}))
+    names = [n["name"] for n in plan["nodes"]]
+    tests = []
+    for name in names:
+        tests.append(_row(f"conformance/test_containers.py::test_container_running[{name}]", "containers", name,
+                          "passed"))
+        failing = name in ("p1", HOSTILE)
+        props = {"kind": "environment", "what": "NPU health", "expected": "OK on all 8 chips",
+                 "actual": f"chip 3 Alarm (token {SECRET})", "where": f"{name}: npu-smi info",
+                 "cause": "a chip raised an alarm", "remedy": "reset the NPU with npu-smi set -t reset"}
+        tests.append(_row(f"conformance/test_npu.py::test_npu_smi_devices_healthy[{name}]", "npu", name,
+                          "failed" if failing else "passed", props if failing else {},
+                          "NPU health: expected OK" if failing else ""))
+    tests.append(_row("conformance/test_service.py::test_models[d0:8000]", "service", "d0", "error", {"kind": "product"},
+                      "ConnectionError: refused"))
+    tests.append(_row("conformance/test_npu.py::test_hccn_tls_consistent", "npu", None, "passed"))
+    tests.append(_row("conformance/perf.py::test_bench_within_baseline", "perf", None, "skipped", {},
+                      "perf checks not requested (pass --perf)"))
+    (tmp_path / "conformance-results.json").write_text(json.dumps({"exitstatus": 1, "tests": tests}))
+    for node, files in {"p1": ["inspect.json", "engine.log"], "d0": ["inspect.json"]}.items():
+        (tmp_path / "evidence" / node).mkdir(parents=True)
+        for f in files:
+            (tmp_path / "evidence" / node / f).write_text("{}")
+    (tmp_path / "evidence" / "metrics-p0-8000.prom").write_text("# HELP\n")
+    return tmp_path
+
+
+class Tree(HTMLParser):
+    """Records start tags with attributes and checks that every non-void element is closed in order."""
+    VOID = {"meta", "br", "path", "rect", "img", "link", "input", "hr"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+
+
+def parse(text: str) -> Tree:
+    tree = Tree()
+    tree.feed(text)
+    tree.close()
+    return tree
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def test_summary_verdict_failures_deviations_links(run_dir):
+    paths = report.write_reports(run_dir)
+    text = paths["summary"].read_text()
+    assert text.startswith("# k3lab acceptance: a3\\_pd\\_1m: FAIL") or text.startswith("# k3lab acceptance: a3_pd_1m: FAIL")
+    assert "**FAIL**" in text and "1 errors" in text and "2 failed" in text and "1 skipped" in text
+    assert "quay.io/ascend/vllm-ascend:kimi-k3.1-pro-a3" in text and "K3.1 Pro §5.2 (A3)" in text
+    assert "- remedy: reset the NPU with npu-smi set -t reset" in text
+    assert "- kind: **environment**" in text
+    assert "- message: ConnectionError: refused" in text
+    assert "| npu | p1 ✗ | 0 | 1 | 0 |" in text
+    for dev in json.loads((run_dir / "plan.json").read_text())["deviations"]:
+        assert f"- {dev['id']} (" in text
+    assert "[engine.log](evidence/p1/engine.log)" in text and "[metrics-p0-8000.prom](evidence/metrics-p0-8000.prom)" in text
+    assert HOSTILE not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert paths.keys() == {"summary", "html"}  # no junit.xml in this run dir
+
+
+def test_verdicts(run_dir):
+    results = json.loads((run_dir / "conformance-results.json").read_text())
+    for t in results["tests"]:
+        t["outcome"] = "passed" if t["outcome"] in ("failed", "error") else t["outcome"]
+    results["exitstatus"] = 0
+    (run_dir / "conformance-results.json").write_text(json.dumps(results))
+    assert report.load(run_dir).verdict == "PASS"
+    results["exitstatus"] = 2  # interrupted
+    (run_dir / "conformance-results.json").write_text(json.dumps(results))
+    assert report.load(run_dir).verdict == "INCOMPLETE"
+    (run_dir / "conformance-results.json").write_text(json.dumps({"exitstatus": 5, "tests": []}))
+    assert report.load(run_dir).verdict == "INCOMPLETE"
+
+
+def test_junit_fallback(run_dir):
+    (run_dir / "conformance-results.json").unlink()
+    (run_dir / "junit.xml").write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+        '<testcase classname="conformance.test_npu" name="test_npu_smi_devices_healthy[p0]" time="1.0">'
+        '<properties><property name="conformance.area" value="npu"/></properties></testcase>'
+        '<testcase classname="conformance.test_npu" name="test_npu_smi_devices_healthy[p1]" time="1.0">'
+        '<properties><property name="kind" value="environment"/><property name="remedy" value="reseat it"/>'
+        '</properties><failure message="NPU health: expected OK">trace</failure></testcase>'
+        '<testcase classname="conformance.test_service" name="test_models" time="0.1">'
+        '<skipped message="not here"/></testcase></testsuite></testsuites>')
+    run = report.load(run_dir)
+    assert run.source == "junit.xml" and run.verdict == "FAIL"
+    assert [(t["area"], t["node"], t["outcome"]) for t in run.tests] == [
+        ("npu", "p0", "passed"), ("npu", "p1", "failed"), ("service", None, "skipped")]
+    paths = report.write_reports(run_dir)
+    assert "- remedy: reseat it" in paths["summary"].read_text()
+    assert paths["junit"].read_text().startswith("<?xml")  # kept as is
+
+
+# --------------------------------------------------------------------------------------------- HTML
+
+
+def test_html_well_formed_picture_and_matrix(run_dir):
+    text = report.write_reports(run_dir)["html"].read_text()
+    tree = parse(text)
+    assert not tree.errors and not tree.stack, tree.errors or tree.stack
+    tags = [t for t, _ in tree.tags]
+    assert tags.count("svg") == 1
+    assert "script" not in tags and "img" not in tags and "link" not in tags
+    assert not any(a.get("src") or a.get("onerror") for _, a in tree.tags)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    nodes = {a["data-node"]: a["class"] for t, a in tree.tags if t == "g" and "data-node" in a}
+    assert set(nodes) == {n["name"] for n in plan["nodes"]}  # one element per node, hostile name as data
+    assert "fail" in nodes["p1"].split() and "fail" in nodes[HOSTILE].split() and "fail" not in nodes["p0"].split()
+    cells = [a["class"].split()[1] for t, a in tree.tags if t == "td" and "cell" in a.get("class", "")]
+    assert {"pass", "fail", "skip", "none"} <= set(cells)
+    links = {a["href"] for t, a in tree.tags if t == "a"}
+    assert "evidence/p1/engine.log" in links and all(not h.startswith(("http", "javascript")) for h in links)
+    assert "KV transfer" in text and "Proxy" in text
+
+
+def test_html_self_contained(run_dir):
+    text = report.write_reports(run_dir)["html"].read_text()
+    assert "<style>" in text and "http://www.w3.org/2000/svg" in text
+    tree = parse(text)
+    external = [a for t, a in tree.tags if t in ("link", "script", "img", "iframe")]
+    assert not external
+
+
+# ------------------------------------------------------------------------------------- redaction
+
+
+def test_api_key_redacted_everywhere(run_dir, monkeypatch):
+    monkeypatch.setenv("K3LAB_API_KEY", SECRET)
+    paths = report.write_reports(run_dir)
+    for path in (paths["summary"], paths["html"]):
+        text = path.read_text()
+        assert SECRET not in text
+        assert "sk-k3lab-SECRET&amp;&lt;42&gt;" not in text  # nor its escaped form
+        assert "&lt;redacted&gt;" in text
+
+
+def test_cli(run_dir, capsys):
+    assert report.main([str(run_dir)]) == 0
+    assert (run_dir / "summary.md").is_file() and (run_dir / "report.html").is_file()
+    assert "summary:" in capsys.readouterr().out
+    assert report.main([]) == 2 and report.main([str(run_dir / "nope")]) == 2
+
+
+# --------------------------------------------------------------------------- plugin (pytester)
+
+DEMO = '''
+import pytest
+from conformance.evidence import check, fail
+
+CONFORMANCE = {"area": "demo", "must": "Every node MUST answer 42"}
+
+
+class Node:
+    def __init__(self, name):
+        self.name = name
+
+
+@pytest.mark.parametrize("node", [Node("p0"), Node("p1")], ids=["p0", "p1"])
+def test_answer(node):
+    answer = 42 if node.name == "p0" else 41
+    check(answer == 42, "answer", 42, answer, f"{node.name}:/answer", "off by one", "add one", kind="environment")
+
+
+def test_plain_assert():
+    assert 1 == 2, "plain"
+
+
+def test_custom_id():
+    pass
+
+
+test_custom_id.CONFORMANCE = {"id": "demo.custom", "must": "It MUST pass"}
+
+
+def test_broken_check():
+    undefined_name  # noqa: F821
+
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+
+
+@pytest.mark.perf
+def test_perf_opt_in():
+    pass
+'''
+
+ENV_MODULE = '''
+KIND = "environment"
+
+
+def test_link():
+    assert False, "link down"
+'''
+
+
+@pytest.fixture
+def demo(pytester, monkeypatch):
+    monkeypatch.setenv("K3LAB_RUN_DIR", str(pytester.path))
+    monkeypatch.delenv("K3LAB_API_KEY", raising=False)
+    pytester.makeconftest('pytest_plugins = ["conformance.plugin"]\n')
+    pytester.makepyfile(test_demo=DEMO, test_env=ENV_MODULE)
+    return pytester
+
+
+def _junit(path: Path) -> dict[str, dict[str, str]]:
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        cases[case.get("name")] = {p.get("name"): p.get("value") for p in case.iter("property")}
+    return cases
+
+
+def test_plugin_metadata_evidence_and_results(demo):
+    result = demo.runpytest("--junitxml=junit.xml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=4, skipped=2)
+    junit = _junit(demo.path / "junit.xml")
+    p1 = junit["test_answer[p1]"]
+    assert p1["conformance.area"] == "demo" and p1["conformance.node"] == "p1"
+    assert p1["conformance.id"] == "demo.test_answer" and p1["conformance.must"] == "Every node MUST answer 42"
+    assert (p1["expected"], p1["actual"], p1["where"], p1["remedy"], p1["kind"]) == (
+        "42", "41", "p1:/answer", "add one", "environment")
+    assert junit["test_plain_assert"]["kind"] == "product"
+    assert junit["test_link"]["kind"] == "environment" and junit["test_link"]["conformance.area"] == "env"
+    assert junit["test_broken_check"]["kind"] == "kit"
+    assert junit["test_custom_id"]["conformance.id"] == "demo.custom"
+    assert "kind" not in junit["test_answer[p0]"]
+
+    doc = json.loads((demo.path / "conformance-results.json").read_text())
+    rows = {r["nodeid"].split("::")[1]: r for r in doc["tests"]}
+    assert doc["exitstatus"] == 1 and doc["counts"] == {"passed": 2, "failed": 4, "skipped": 2}
+    assert doc["versions"]["python"] and doc["versions"]["pytest"]
+    row = rows["test_answer[p1]"]
+    assert (row["area"], row["node"], row["param"], row["outcome"]) == ("demo", "p1", "p1", "failed")
+    assert row["message"].startswith("answer: expected 42, got 41 at p1:/answer.") and "Remedy: add one." in row["message"]
+    assert row["properties"]["remedy"] == "add one" and row["duration"] >= 0
+    assert rows["test_perf_opt_in"]["outcome"] == "skipped"
+    assert rows["test_perf_opt_in"]["message"] == "perf checks not requested (pass --perf)"
+    assert rows["test_answer[p0]"]["outcome"] == "passed" and rows["test_answer[p0]"]["node"] == "p0"
+
+
+def test_plugin_opt_in_option(demo):
+    demo.runpytest("--perf", "-k", "perf_opt_in").assert_outcomes(passed=1)
+
+
+def test_plugin_results_feed_the_report(demo):
+    demo.runpytest("-p", "no:cacheprovider")
+    run = report.load(demo.path)
+    assert run.source == "conformance-results.json" and run.verdict == "FAIL"
+    assert {t["area"] for t in run.tests} == {"demo", "env"}
+
+
+def test_plugin_collects_perf_and_accuracy_modules(pytester):
+    """perf.py / accuracy.py do not match python_files: the plugin collects them, skipped by default."""
+    result = pytester.runpytest(str(ROOT / "conformance"), "-p", "conformance.plugin", "-p", "no:cacheprovider",
+                                "--ignore-glob=*/test_*.py", "-q", "-rs")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(["*perf checks not requested (pass --perf)*",
+                                 "*accuracy checks not requested (pass --accuracy)*"])
