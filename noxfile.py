@@ -80,4 +80,4 @@ def faults(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "launchers", "conformance", "tests", "--select", "E,F,W,I", "--line-length", "120")
+    session.run("ruff", "check", "launchers", "conformance", "tests", "noxfile.py", "conftest.py")

@@ -216,3 +216,20 @@ def test_pool_hits_across_engines(http, plan):
     _, after = _external(http, plan, [second])
     assert after > before, (f"{second.node} found none of the blocks {first.node} stored in the MemCache pool: "
                             "check PYTHONHASHSEED on both, MMC_LOCAL_CONFIG_PATH and the MetaService")
+
+
+def test_api_key_enforced(api, plan):
+    """With K3LAB_API_KEY set, every engine API refuses requests without it (the guides ship none)."""
+    import os
+
+    import requests
+
+    key = os.environ.get("K3LAB_API_KEY")
+    if not key:
+        pytest.skip("no API key configured (K3LAB_API_KEY): every API is open, as the guides warn")
+    bare = requests.Session()
+    bare.trust_env = False
+    r = bare.get(f"{api.url}/v1/models", timeout=5)
+    assert r.status_code == 401, f"{api.node}: /v1/models without a key answered {r.status_code}"
+    r = bare.get(f"{api.url}/v1/models", timeout=5, headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200, f"{api.node}: /v1/models with the key answered {r.status_code}"

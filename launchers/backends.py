@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import docker
-from docker.types import DeviceRequest, IPAMConfig, IPAMPool, Mount  # noqa: F401  (DeviceRequest kept for lab NPUs)
+from docker.types import IPAMConfig, IPAMPool, Mount
 
 from .plan import NodePlan, Plan
 
@@ -110,6 +110,21 @@ class Backend:
             list(pool.map(fn, nodes))
 
 
+DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
+
+
+def sim_engine(plan: Plan) -> docker.DockerClient:
+    """The one engine a sim run lives on: the nodes' common endpoint (unix, tcp or ssh)."""
+    endpoints = {n.endpoint for n in plan.nodes}
+    if len(endpoints) != 1:
+        raise ValueError(f"the sim target runs every node on one Docker engine; inventory names {sorted(endpoints)}")
+    endpoint = endpoints.pop()
+    if endpoint == DEFAULT_ENDPOINT:
+        return docker.from_env(timeout=120)
+    # ssh:// goes through paramiko with RejectPolicy: an unknown host key is refused, never added
+    return docker.DockerClient(base_url=endpoint, timeout=120)
+
+
 class SimBackend(Backend):
     """Every node is a container on a private bridge network on the local engine."""
 
@@ -119,7 +134,7 @@ class SimBackend(Backend):
         super().__init__(plan, run_id)
         # injected faults: {"hw": {node: node.json faults}, "shm": {node: size}, "hold_port": {node: port}}
         self.faults = faults or {}
-        self.engine = docker.from_env(timeout=120)
+        self.engine = sim_engine(plan)
         self.subnet = subnet
         self.device_subnet = device_subnet
         self.network_name = f"k3lab-{run_id}"

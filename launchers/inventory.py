@@ -155,7 +155,6 @@ class Inventory(_Strict):
     image: str | None = Field(None, description="container image; default is the guide's image for the platform")
     model_path: str | None = None
     draft_model_path: str | None = None
-    api_key: str | None = Field(None, description="when set, engines and proxy require it (--api-key / OPENAI_API_KEY)")
     proxy_node: str | None = Field(None, description="node that runs the PD proxy; default is P0")
     metaservice_node: str | None = Field(None, description="node that runs the MemCache MetaService")
     ports: Ports = Ports()

@@ -87,9 +87,6 @@ class Engine:
     def argv(self) -> list[str]:
         return self.proc.argv
 
-    def size(self, name: str) -> int:
-        return iflag(self.argv, f"--{name}-parallel-size" if name in ("tensor", "pipeline", "data") else name, 1)
-
     @property
     def tp(self) -> int:
         return iflag(self.argv, "--tensor-parallel-size", 1)

@@ -14,10 +14,23 @@ from pathlib import Path
 from . import catalog, deviations, memcache
 from .catalog import Scenario
 from .inventory import Inventory, InventoryError, Node
-from .plan import (ApiEndpoint, Artefact, Container, Deviation, Expect, Gate, MetaExpect, Mount, NodePlan, Plan,
-                   PortUse, Process, Stage)
-from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export, setv
-from .shell import Assign, Line, Raw, Script, Source, Unset, Var, w, words
+from .plan import (
+    ApiEndpoint,
+    Artefact,
+    Container,
+    Deviation,
+    Expect,
+    Gate,
+    MetaExpect,
+    Mount,
+    NodePlan,
+    Plan,
+    PortUse,
+    Process,
+    Stage,
+)
+from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export
+from .shell import Line, Raw, Script, Source, Unset, w, words
 
 OPTIONS = {
     "draft": "DSpark3 draft checkpoint path (a3_pd, a3_pd_1m: enables DSpark3; others: overrides the path)",
@@ -154,10 +167,6 @@ def _kv_ports(argv: list[str], pp_rank: int, dp_rank: int) -> list[PortUse]:
 def _devices(env: dict[str, str]) -> list[int]:
     raw = env.get("ASCEND_RT_VISIBLE_DEVICES", "")
     return [int(x) for x in raw.split(",") if x.strip().isdigit()]
-
-
-def _script_file(name: str, script: Script) -> tuple[str, str]:
-    return name, script.render()
 
 
 # ----------------------------------------------------------------------------------- build

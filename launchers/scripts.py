@@ -11,7 +11,22 @@ from dataclasses import dataclass
 
 from .catalog import Scenario
 from .inventory import Inventory, Node
-from .shell import ArrayRef, Assign, Command, Computed, HeadlessArgs, Line, Raw, Script, Source, Unset, Var, Word, w, words
+from .shell import (
+    ArrayRef,
+    Assign,
+    Command,
+    Computed,
+    HeadlessArgs,
+    Line,
+    Raw,
+    Script,
+    Source,
+    Unset,
+    Var,
+    Word,
+    w,
+    words,
+)
 
 PROXY_VARS = ("ftp_proxy", "FTP_PROXY", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
 MOONCAKE_LIB = "/usr/local/Ascend/ascend-toolkit/latest/python/site-packages/mooncake"

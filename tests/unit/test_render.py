@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from launchers import catalog, preflight, render, siminventory
 from launchers.inventory import Inventory

@@ -4,7 +4,6 @@ The real package imports memfabric_hybrid, loads ``lib/libmf_memcache.so`` and e
 ``_pymmc``; here they come from ``k3sim.memcache``. Config templates are in ``config/``.
 """
 import memfabric_hybrid  # noqa: F401  (the real package needs MemFabric importable too)
-
 from k3sim.memcache.meta_service import main as _meta_main
 from k3sim.memcache.store import DistributedObjectStore
 

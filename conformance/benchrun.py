@@ -1,0 +1,130 @@
+"""Where a load generator runs: the kit host (default) or a node's container (``--bench-node NODE``).
+
+On lab runs the kit host needs the tool (``vllm`` for perf, ``ais_bench`` for accuracy) and, for
+``vllm bench serve``, the checkpoint's tokenizer (the plan's model path, or ``--bench-tokenizer``).
+``--bench-node`` instead runs it with ``docker exec`` inside that node's container, where the image
+has vllm and the checkpoint is mounted; the K3 guide (§8.1) puts AISBench on the master node too.
+Either way proxy variables are dropped (the guides unset them) and the API key travels in the
+environment, never on the command line that is saved as evidence.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Protocol
+
+PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+class Runner(Protocol):
+    where: str
+
+    def which(self, program: str) -> bool: ...
+    def run(self, argv: list[str], timeout: float, env: dict[str, str] | None = None,
+            cwd: str | None = None) -> tuple[int, str]: ...
+    def read(self, path: str) -> str: ...
+    def write(self, path: str, text: str) -> None: ...
+    def workdir(self, name: str) -> str: ...
+    def newest(self, directory: str, suffix: str = ".json") -> str | None: ...
+
+
+def api_key_env() -> dict[str, str]:
+    """vllm bench serve sends $OPENAI_API_KEY; the AISBench config reads $K3LAB_API_KEY."""
+    key = os.environ.get("K3LAB_API_KEY")
+    return {"OPENAI_API_KEY": key, "K3LAB_API_KEY": key} if key else {}
+
+
+class HostRunner:
+    def __init__(self, base: Path):
+        self.base = base
+        self.where = "kit host"
+
+    def which(self, program: str) -> bool:
+        return shutil.which(program) is not None
+
+    def run(self, argv, timeout, env=None, cwd=None):
+        full = {k: v for k, v in os.environ.items() if k not in PROXY_VARS} | (env or {})
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=timeout, env=full, cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            return 124, out + f"\n[k3lab] timed out after {timeout:.0f}s"
+        return proc.returncode, proc.stdout
+
+    def read(self, path):
+        return Path(path).read_text()
+
+    def write(self, path, text):
+        Path(path).write_text(text)
+
+    def workdir(self, name):
+        path = self.base / name
+        shutil.rmtree(path, ignore_errors=True)  # a fresh directory: the newest result is this run's
+        path.mkdir(parents=True)
+        return str(path)
+
+    def newest(self, directory, suffix=".json"):
+        files = sorted(Path(directory).glob(f"*{suffix}"), key=lambda p: p.stat().st_mtime)
+        return str(files[-1]) if files else None
+
+
+class NodeRunner:
+    def __init__(self, container, node: str):
+        self.container = container
+        self.where = f"{node} (container {container.name})"
+
+    def _exec(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[int, str]:
+        res = self.container.exec_run(argv, environment=env or None, workdir=cwd)
+        return res.exit_code, res.output.decode(errors="replace")
+
+    def which(self, program):
+        return self._exec(["sh", "-c", 'command -v "$1"', "sh", program])[0] == 0
+
+    def run(self, argv, timeout, env=None, cwd=None):
+        unset = [a for v in PROXY_VARS for a in ("-u", v)]
+        # exec_run has no timeout; coreutils timeout gives the same exit status 124 as HostRunner
+        return self._exec(["env", *unset, "timeout", str(int(timeout)), *argv], env, cwd)
+
+    def read(self, path):
+        code, out = self._exec(["cat", path])
+        if code:
+            raise FileNotFoundError(f"{self.where}: {path}: {out.strip()}")
+        return out
+
+    def write(self, path, text):
+        data = text.encode()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(Path(path).name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        if not self.container.put_archive(str(Path(path).parent), buf.getvalue()):
+            raise OSError(f"{self.where}: could not write {path}")
+
+    def workdir(self, name):
+        path = f"/tmp/k3lab-bench/{name}"
+        self._exec(["sh", "-c", 'rm -rf "$1" && mkdir -p "$1"', "sh", path])
+        return path
+
+    def newest(self, directory, suffix=".json"):
+        code, out = self._exec(["sh", "-c", f'ls -t "$1"/*{shlex.quote(suffix)} 2>/dev/null | head -n 1', "sh",
+                                directory])
+        return out.strip() or None
+
+
+def runner_for(config, plan, state: dict, run_dir: Path) -> Runner:
+    node = config.getoption("--bench-node")
+    if not node:
+        return HostRunner(Path(run_dir) / "bench")
+    import docker
+
+    if node not in state.get("containers", {}):
+        raise ValueError(f"--bench-node {node}: no such node in this run ({', '.join(state.get('containers', {}))})")
+    client = docker.DockerClient(base_url=plan.node(node).endpoint)
+    return NodeRunner(client.containers.get(state["containers"][node]), node)
