@@ -15,6 +15,8 @@ import requests
 
 from launchers.plan import Plan
 
+pytest_plugins = ["conformance.plugin"]
+
 
 def _run_dir(config) -> Path:
     raw = config.getoption("--run-dir") or os.environ.get("K3LAB_RUN_DIR")

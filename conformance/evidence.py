@@ -30,14 +30,6 @@ _MAX_IN_MESSAGE = 300  # full values stay in the properties; the message must re
 KIT_ERRORS: tuple[type[BaseException], ...] = (NameError, AttributeError, TypeError, ImportError, SyntaxError)
 
 
-class ConformanceFailure(AssertionError):
-    """An AssertionError carrying ``evidence``: field -> text (``kind`` may be None: module default)."""
-
-    def __init__(self, message: str, evidence: dict[str, str | None]):
-        super().__init__(message)
-        self.evidence = evidence
-
-
 def _text(value: object) -> str:
     return redact(value if isinstance(value, str) else str(value))
 
@@ -61,13 +53,17 @@ def message(ev: dict[str, str | None]) -> str:
 
 def fail(what: str, expected: object, actual: object, where: str, cause: str = "", remedy: str = "",
          kind: str | None = None) -> NoReturn:
-    """Raise :class:`ConformanceFailure` with a one-paragraph message and the evidence fields."""
+    """Raise AssertionError with a one-paragraph message; ``.evidence`` holds the fields.
+
+    A plain AssertionError so reports and pytest's summary read like any failed assert."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     ev: dict[str, str | None] = {"what": _text(what), "expected": _text(expected), "actual": _text(actual),
                                  "where": _text(where), "cause": _text(cause), "remedy": _text(remedy),
                                  "kind": kind}
-    raise ConformanceFailure(message(ev), ev)
+    err = AssertionError(message(ev))
+    err.evidence = ev  # type: ignore[attr-defined]
+    raise err
 
 
 def check(condition: object, what: str, expected: object, actual: object, where: str, cause: str = "",
@@ -86,15 +82,15 @@ def properties(exc: BaseException | None, module: object) -> list[tuple[str, str
     """JUnit properties for a failure: the evidence fields, or just a default ``kind``."""
     if exc is None:
         return []
-    if isinstance(exc, ConformanceFailure):
-        ev = dict(exc.evidence)
+    if isinstance(getattr(exc, "evidence", None), dict):
+        ev = dict(exc.evidence)  # type: ignore[attr-defined]
         ev["kind"] = ev.get("kind") or module_kind(module)
         return [(k, ev[k] or "") for k in FIELDS if ev.get(k)]
     kind = "kit" if isinstance(exc, KIT_ERRORS) else module_kind(module)
     return [("kind", kind)]
 
 
-_ASSERT_PREFIX = re.compile(r"^(AssertionError|ConformanceFailure|[\w.]*ConformanceFailure):\s*")
+_ASSERT_PREFIX = re.compile(r"^AssertionError:\s*")
 
 
 def strip_prefix(msg: str) -> str:

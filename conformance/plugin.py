@@ -52,6 +52,8 @@ def pytest_addoption(parser):
     group.addoption("--accuracy", action="store_true", default=False, help="run conformance/accuracy.py (AISBench)")
     group.addoption("--bench-node", default=None, metavar="NODE",
                     help="run the load generator inside NODE's container (docker exec) instead of on the kit host")
+    group.addoption("--bench-tokenizer", default=None, metavar="PATH",
+                    help="tokenizer directory for vllm bench serve (default: the plan's model path)")
     group.addoption("--perf-baseline", default=None, metavar="FILE",
                     help="baseline JSON (default fixtures/baselines/<scenario>.json)")
     group.addoption("--perf-threshold", type=float, default=None,

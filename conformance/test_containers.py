@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import docker
 
+from conformance.plugin import conformance
+
+KIND = "environment"  # default class of a failure here
+
 
 def _container(state, node):
     return docker.from_env().containers.get(state["containers"][node.name])
 
 
+@conformance(area="containers", must="Every planned node container MUST be running and MUST NOT have restarted.")
 def test_container_running(node, state):
     c = _container(state, node)
     assert c.status == "running", f"{node.name}: container {c.name} is {c.status}, expected running"
@@ -15,6 +20,7 @@ def test_container_running(node, state):
     assert restarts == 0, f"{node.name}: container restarted {restarts} time(s); check its logs"
 
 
+@conformance(area="containers", must="Each container MUST have the planned shm size, privileges, network, devices and mounts.")
 def test_container_matches_plan(node, state, plan):
     c = _container(state, node)
     hc = c.attrs["HostConfig"]

@@ -5,9 +5,15 @@ import re
 
 import pytest
 
+from conformance.plugin import conformance
+
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 
 
+KIND = "environment"  # default class of a failure here
+
+
+@conformance(area="npu", must="npu-smi info MUST list the platform's device count with every NPU Health OK.")
 def test_npu_smi_devices_healthy(node, hosts):
     out = hosts[node.name].check_output("npu-smi info")
     # "| 0     910B4   | OK |" (A2/A3) and "| 0 | Ascend950DT | OK |" (950DT): NPU id, name, health
@@ -28,6 +34,7 @@ def _per_device(host, node, option: str) -> dict[int, str]:
     return result
 
 
+@conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
 def test_hccn_links_up(node, hosts):
     links = _per_device(hosts[node.name], node, "-link -g")
     down = {d: t for d, t in links.items() if "link status: UP" not in t}
@@ -35,6 +42,7 @@ def test_hccn_links_up(node, hosts):
         f"{node.name}: device link not UP: {down} (check the cable and switch port of those devices)"
 
 
+@conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
 def test_hccn_net_health(node, hosts):
     health = _per_device(hosts[node.name], node, "-net_health -g")
     bad = {d: t for d, t in health.items() if "net health status: Success" not in t}
@@ -42,6 +50,7 @@ def test_hccn_net_health(node, hosts):
         f"{node.name}: net health not Success: {bad} (check -netdetect address and the RoCE network)"
 
 
+@conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
 def test_hccn_device_addresses(node, hosts):
     option = "-vnic -g" if node.platform == "A3" else "-ip -g"
     out = _per_device(hosts[node.name], node, option)
@@ -50,6 +59,7 @@ def test_hccn_device_addresses(node, hosts):
         f"{node.name}: devices {missing} have no address ({option}); set it in /etc/hccn.conf with hccn_tool -ip -s"
 
 
+@conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")
 def test_hccn_tls_consistent(plan, hosts):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -76,6 +86,7 @@ def _device_ip(host, platform, dev):
     return m.group(1) if m else None
 
 
+@conformance(area="hccl", must="Device 0 of each node MUST reach device 0 of the next node (-hccs_ping on A3, -ping elsewhere).")
 def test_cross_node_reachability(plan, hosts):
     """A ring over all nodes: device 0 of each node pings device 0 of the next."""
     nodes = plan.nodes

@@ -8,14 +8,21 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conformance.plugin import conformance
+
 MARKERS = ("<think>", "</think>", "<|open|>", "<|sep|>", "<|close|>", "<|tool_calls_section_begin|>")
 
 
+KIND = "product"  # default class of a failure here
+
+
+@conformance(area="models", must="/health MUST answer 200 on every API.")
 def test_health(api, http):
     r = http.get(f"{api.url}/health", timeout=5)
     assert r.status_code == 200, f"{api.node}: /health answered {r.status_code}"
 
 
+@conformance(area="models", must="/v1/models MUST list the served name with the planned max_model_len.")
 def test_models_lists_served_name_and_limit(api, http, plan):
     r = http.get(f"{api.url}/v1/models", timeout=5)
     assert r.status_code == 200, f"{api.node}: /v1/models answered {r.status_code}: {r.text[:200]}"
@@ -25,6 +32,7 @@ def test_models_lists_served_name_and_limit(api, http, plan):
     assert got == plan.expect.max_model_len, f"{api.node}: max_model_len {got}, planned {plan.expect.max_model_len}"
 
 
+@conformance(area="models", must="The PD proxy MUST answer /healthcheck with status ok.")
 def test_proxy_answers(plan, http):
     if not plan.expect.proxy:
         pytest.skip("no proxy in this scenario")
@@ -42,6 +50,7 @@ def _needs_parsers(plan):
         pytest.skip("rendered with parsers=off: the service returns raw model output by design")
 
 
+@conformance(area="parsers", must="Content MUST be free of reasoning/tool markers and reasoning MUST be non-empty with thinking on.")
 def test_reasoning_is_parsed(http, entrypoint, plan):
     _needs_parsers(plan)
     r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Explain data parallelism in one sentence."}])
@@ -54,6 +63,7 @@ def test_reasoning_is_parsed(http, entrypoint, plan):
     assert reasoning, "no reasoning field with thinking on: check --reasoning-parser kimi_k3 on every engine"
 
 
+@conformance(area="parsers", must="tool_choice auto with a schema MUST return tool_calls whose arguments satisfy it.")
 def test_tool_call(http, entrypoint, plan):
     _needs_parsers(plan)
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
@@ -70,6 +80,7 @@ def test_tool_call(http, entrypoint, plan):
     assert choice["finish_reason"] == "tool_calls"
 
 
+@conformance(area="parsers", must="Streamed content MUST be free of reasoning/tool markers.")
 def test_streaming_content_is_clean(http, entrypoint, plan):
     _needs_parsers(plan)
     payload = {"model": plan.expect.served_name, "max_tokens": 48, "temperature": 0, "stream": True,
@@ -92,6 +103,7 @@ def _png(rgb) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+@conformance(area="images", must="An image request MUST be answered with a description naming its colour (rejected on language-model-only).")
 def test_image_request(http, entrypoint, plan):
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png((220, 20, 30))}},
                                              {"type": "text", "text": "Describe the image."}]}]
@@ -104,6 +116,7 @@ def test_image_request(http, entrypoint, plan):
     assert "red" in text, f"the description does not name the image's colour (red): {text[:200]!r}"
 
 
+@conformance(area="limits", must="Each API MUST reject prompt + max_tokens over max_model_len with 400 and accept a request within it.")
 def test_max_model_len_enforced(api, http, plan):
     """On each API (the PD proxy has already answered 200 when the decode leg rejects a request)."""
     body = {"model": plan.expect.served_name, "prompt": "hi"}
@@ -115,6 +128,7 @@ def test_max_model_len_enforced(api, http, plan):
     assert within.status_code == 200, f"{api.node}: a request within the limit got {within.status_code}: {within.text[:200]}"
 
 
+@conformance(area="dp-routing", must="X-data-parallel-rank MUST pin a request to each rank and 400 an out-of-range rank.")
 def test_dp_rank_routing(http, plan):
     if not plan.expect.dp_routing:
         pytest.skip("X-data-parallel-rank applies to the internal-LB mixed services")
@@ -146,6 +160,7 @@ def _external(http, plan, apis=None) -> tuple[float, float]:
     return q, h
 
 
+@conformance(area="external-cache", must="External prefix cache hits MUST rise on a repeated long prefix, with identical output at temperature 0.")
 def test_external_cache_hits_on_repeated_prefix(http, entrypoint, plan):
     if not plan.expect.kv_connector:
         pytest.skip("no KV connector: external prefix cache does not apply")
@@ -179,6 +194,7 @@ def _meta_gauge(http, plan, name: str) -> float:
     return _counter(text, name)
 
 
+@conformance(area="external-cache", must="A new long prompt MUST put blocks into the MemCache pool.")
 def test_pool_stores_blocks(http, entrypoint, plan):
     """A new long prompt through the service puts its blocks into the MemCache pool."""
     if not plan.expect.external_pool:
@@ -193,6 +209,7 @@ def test_pool_stores_blocks(http, entrypoint, plan):
                             "AscendStoreConnector is not saving to the pool (check MMC_LOCAL_CONFIG_PATH and pool capacity)")
 
 
+@conformance(area="external-cache", must="Blocks stored by one pooled producer MUST be external hits on another.")
 def test_pool_hits_across_engines(http, plan):
     """A prefix prefilled by one pooled engine is an external hit on another pooled engine.
 
@@ -218,6 +235,7 @@ def test_pool_hits_across_engines(http, plan):
                             "check PYTHONHASHSEED on both, MMC_LOCAL_CONFIG_PATH and the MetaService")
 
 
+@conformance(area="security", must="With an API key configured, every engine API MUST refuse requests without it.")
 def test_api_key_enforced(api, plan):
     """With K3LAB_API_KEY set, every engine API refuses requests without it (the guides ship none)."""
     import os

@@ -7,6 +7,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from conformance.plugin import conformance
+
+KIND = "environment"  # default class of a failure here
+
 
 def _listening(host) -> set[int]:
     """Ports in LISTEN state from /proc/net/tcp{,6}: present on every Linux node, no extra tool needed."""
@@ -20,6 +24,7 @@ def _listening(host) -> set[int]:
     return ports
 
 
+@conformance(area="ranks-ports", must="Every planned listening port MUST listen on its planned node.")
 def test_planned_ports_listen(node, hosts):
     expected = [(u, p) for p in node.all_processes() for u in p.ports if u.listens]
     if not expected:
@@ -39,6 +44,7 @@ def _planned_port(proc) -> int | None:
     return int(argv[argv.index("--port") + 1]) if "--port" in argv else None
 
 
+@conformance(area="ranks-ports", must="Headless nodes MUST NOT answer HTTP on their API port.")
 def test_headless_nodes_expose_no_api(plan, http):
     if not plan.expect.headless:
         pytest.skip("no headless nodes in this scenario")
@@ -57,6 +63,7 @@ def test_headless_nodes_expose_no_api(plan, http):
     assert not exposed, f"headless nodes expose an API: {exposed}; start them with --headless"
 
 
+@conformance(area="ranks-ports", must="Every planned DP rank MUST be claimed by exactly one live engine.")
 def test_engine_ranks_claimed_once(plan, hosts):
     """Each planned DP rank appears in exactly one live engine command line."""
     seen: dict[tuple[str, int], list[str]] = {}
@@ -79,6 +86,7 @@ def test_engine_ranks_claimed_once(plan, hosts):
             assert len(owners) == 1, f"{role} DP rank {rank} claimed by {owners or 'no live engine'}"
 
 
+@conformance(area="metaservice", must="The MetaService MUST report the planned DRAM segments and total capacity.")
 def test_metaservice_capacity(plan, http):
     meta = plan.expect.metaservice
     if meta is None:

@@ -208,7 +208,8 @@ def parse_aisbench_accuracy(csv_text: str) -> float:
     try:
         return float(cell)
     except ValueError:
-        raise ValueError(f"AISBench reports {cell!r} for {rows[1][0]} (the evaluation did not produce a score)") from None
+        raise ValueError(f"AISBench reports {cell!r} for {rows[1][0]} "
+                         "(the evaluation did not produce a score)") from None
 
 
 def parse_aisbench_perf(doc: str | dict[str, Any]) -> float:

@@ -367,6 +367,13 @@ def cmd_cycle(args: argparse.Namespace) -> int:
         code = 130
     finally:
         collect(run)
+        try:
+            from .report import write_reports
+
+            reports = write_reports(run.dir)
+            _log("reports: " + ", ".join(str(p) for p in reports.values()))
+        except Exception as exc:  # a report problem must never block teardown
+            _log(f"reports failed: {exc!r}")
         if not args.keep:
             down(run)
         else:

@@ -22,12 +22,12 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__
+from .reportsvg import e, topology_svg
 
 SECRET_ENV = "K3LAB_API_KEY"
 REDACTED = "<redacted>"
 FAILED = ("failed", "error")
 NO_NODE = "deployment"  # matrix row for checks that are not about one node
-ROLE_ORDER = ("prefill", "decode", "mixed", "metaservice")
 
 
 def redact(text: str) -> str:
@@ -77,9 +77,10 @@ class Run:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        return _scrub(json.loads(path.read_text()))
-    except (OSError, ValueError):
+        doc = _scrub(json.loads(path.read_text()))
+    except (OSError, ValueError):  # missing or half-written: report what there is
         return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def load(run_dir: str | Path) -> Run:
@@ -89,7 +90,10 @@ def load(run_dir: str | Path) -> Run:
     if results.get("tests") is not None:
         tests, source = results["tests"], "conformance-results.json"
     elif (run_dir / "junit.xml").is_file():
-        tests, source = _scrub(_from_junit(run_dir / "junit.xml")), "junit.xml"
+        try:
+            tests, source = _scrub(_from_junit(run_dir / "junit.xml")), "junit.xml"
+        except ET.ParseError:
+            tests, source = [], "junit.xml (unreadable)"
     else:
         tests, source = [], "none"
     run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {})
@@ -168,10 +172,6 @@ def _tally(counts: dict[str, int]) -> tuple[int, int, int]:
     return passed, failed, sum(counts.values()) - passed - failed
 
 
-def failing_nodes(run: Run) -> set[str]:
-    return {t["node"] for t in run.tests if t["outcome"] in FAILED and t["node"]}
-
-
 def _evidence_files(run: Run) -> dict[str, list[str]]:
     """Group -> run-dir-relative paths: top-level files, then evidence/<node>/ and rendered/<node>/."""
     out: dict[str, list[str]] = {}
@@ -233,7 +233,8 @@ def summary_md(run: Run) -> str:
              f"| Versions | k3lab {md(v['k3lab'])}; image {md(v['image'])}; Python {md(v['python'])} |",
              f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
     rows, areas, cells = _cells(run)
-    lines += ["## Results by area and node", "", "| area | node | passed | failed | skipped |", "|---|---|---:|---:|---:|"]
+    lines += ["## Results by area and node", "",
+              "| area | node | passed | failed | skipped |", "|---|---|---:|---:|---:|"]
     for area in areas:
         for row in rows:
             if (row, area) in cells:
@@ -259,10 +260,11 @@ def summary_md(run: Run) -> str:
         lines.append("")
     lines += ["## Deviations from the guides", ""]
     devs = p.get("deviations") or []
-    lines += [f"- {md(d.get('id', '?'))} ({md(d.get('scope', '?'))}): {md(d.get('what', ''))}. Why: {md(d.get('why', ''))}"
-              for d in devs] or ["None."]
+    lines += [f"- {md(d.get('id', '?'))} ({md(d.get('scope', '?'))}): {md(d.get('what', ''))}. "
+              f"Why: {md(d.get('why', ''))}" for d in devs] or ["None."]
     lines += ["", "## Evidence", ""]
-    lines += [f"- {md(group)}: " + ", ".join(_link(r, Path(r).name) for r in files) for group, files in evidence.items()]
+    lines += [f"- {md(group)}: " + ", ".join(_link(r, Path(r).name) for r in files)
+              for group, files in evidence.items()]
     lines += ["", f"Generated {_now()} by k3lab {md(__version__)}; report.html has the topology picture.", ""]
     return redact("\n".join(lines))
 
@@ -272,176 +274,6 @@ def _now() -> str:
 
 
 # ---------------------------------------------------------------------------------------- HTML
-
-
-def e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-_PORT_TAGS = (("API", "api"), ("mooncake", "kv"), ("DP RPC", "dp-rpc"), ("PP master", "pp"), ("proxy", "proxy"),
-              ("meta_service", "meta"), ("config_store", "store"), ("metrics", "metrics"))
-
-
-def _ports(node: dict[str, Any]) -> list[tuple[str, str]]:
-    """(short tag, port or range) for every port the node's processes bind."""
-    out = []
-    for proc in _procs(node):
-        for pu in proc.get("ports", []):
-            if not pu.get("listens", True):
-                continue
-            purpose = str(pu.get("purpose", ""))
-            tag = next((t for key, t in _PORT_TAGS if key in purpose), purpose.split(" ")[0].lower() or "port")
-            span = f"{pu.get('port')}" + (f"-{pu['last']}" if pu.get("last") else "")
-            out.append((tag, span))
-    return out
-
-
-def _procs(node: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for proc in node.get("processes", []):
-        out.append(proc)
-        out.extend(proc.get("children", []))
-    return out
-
-
-def _in_pool(node: dict[str, Any]) -> bool:
-    """A MemCache provider runs here, or an engine is configured as a MemCache client."""
-    return any(p.get("kind") == "provider" or (p.get("kind") != "metaservice" and
-                                                 any(str(k).startswith("MMC_") for k in p.get("env", {})))
-               for p in _procs(node))
-
-
-W, H, GAP, COLGAP, TOP = 230, 76, 12, 96, 84  # box size, spacing; TOP leaves room for headers and the top lane
-
-
-@dataclass
-class _Box:
-    x: float
-    y: float
-
-    @property
-    def mid(self) -> float:
-        return self.y + H / 2
-
-
-def topology_svg(run: Run) -> str:
-    """Nodes as boxes in one column per role; proxy and MetaService as service boxes; arrows between."""
-    plan, expect = run.plan, run.plan.get("expect", {})
-    nodes = plan.get("nodes", [])
-    failing = failing_nodes(run)
-    roles = sorted({str(n.get("role")) for n in nodes}, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
-    columns = [[n for n in nodes if str(n.get("role")) == r] for r in roles]
-    meta_host = next((n for n in nodes for p in _procs(n) if p.get("kind") == "metaservice"), None)
-    meta_box_is_node = meta_host is not None and str(meta_host.get("role")) == "metaservice"
-    has_meta = bool(expect.get("metaservice")) or meta_host is not None
-    col_x = [20 + (i + 1) * (W + COLGAP) for i in range(len(columns) + (has_meta and not meta_box_is_node))]
-    boxes: dict[str, _Box] = {}
-    parts: list[str] = []
-    rows = max([len(c) for c in columns] or [1])
-    frame_bottom = TOP + rows * (H + GAP) - GAP + 8
-    lane_bottom = frame_bottom + 22
-    for ci, (role, col) in enumerate(zip(roles, columns)):
-        x = col_x[ci]
-        parts.append(f'<rect class="frame" x="{x - 8}" y="{TOP - 8}" width="{W + 16}" '
-                     f'height="{len(col) * (H + GAP) - GAP + 16}" rx="8"/>')
-        parts.append(f'<text class="hdr" x="{x}" y="{TOP - 40}">{e(_clip(role, 24))} ({len(col)})</text>')
-        for ri, node in enumerate(col):
-            box = boxes[str(node.get("name"))] = _Box(x, TOP + ri * (H + GAP))
-            parts.append(_node_box(run, node, box, str(node.get("name")) in failing))
-    # the entry point: the PD proxy, or the API of the mixed deployment's head node
-    proxy = expect.get("proxy")
-    entry_host = next((str(n.get("name")) for n in nodes for p in _procs(n) if p.get("kind") == "proxy"), None)
-    entry = _Box(20, TOP)
-    parts.append(_service_box(entry, "Proxy" if proxy else "Entrypoint", expect.get("entrypoint", "?"),
-                              f"on {entry_host}" if entry_host else "clients send requests here"))
-    links: list[str] = []
-    for api in expect.get("apis", []):
-        target = boxes.get(str(api.get("node")))
-        if target:
-            links.append(_route(entry, target, col_x, "api"))
-    # P -> D KV transfer, drawn once between the groups: every prefill rank may send to every decode rank
-    if expect.get("kv_connector") and "prefill" in roles and "decode" in roles:
-        pi, di = roles.index("prefill"), roles.index("decode")
-        y = TOP + min(len(columns[pi]), len(columns[di])) * (H + GAP) / 2
-        x1, x2 = col_x[pi] + W + 8, col_x[di] - 8
-        links.append(f'<path class="link kv" d="M{x1},{y} H{x2 - 2}" marker-end="url(#a-kv)"/>'
-                     f'<text class="lbl" x="{x1 + 4}" y="{y - 6}">KV transfer</text>')
-    if has_meta:
-        if meta_box_is_node:
-            meta = boxes[str(meta_host.get("name"))]
-        else:
-            meta = _Box(col_x[-1], TOP)
-            url = (expect.get("metaservice") or {}).get("url", "?")
-            parts.append(_service_box(meta, "MetaService", url, f"on {meta_host.get('name')}" if meta_host else ""))
-        for ci, (role, col) in enumerate(zip(roles, columns)):
-            members = [n for n in col if _in_pool(n)]
-            if not members or role == "metaservice":
-                continue
-            fx = col_x[ci] + W / 2
-            fy = TOP + len(col) * (H + GAP) - GAP + 8
-            links.append(f'<path class="link pool" d="M{fx},{fy} V{lane_bottom} H{meta.x + W / 2 + ci * 6} '
-                         f'V{meta.y + H + 2}" marker-end="url(#a-pool)"/>'
-                         f'<text class="lbl" x="{fx + 4}" y="{lane_bottom - 4}">pool: {len(members)}/{len(col)}</text>')
-    width = max((col_x[-1] if col_x else 20) + W + 30, 640)  # at least as wide as the legend
-    height = lane_bottom + 46
-    legend = (f'<g class="legend" transform="translate(20,{lane_bottom + 18})">'
-              '<path class="link api" d="M0,0 H28"/><text x="34" y="4">proxy / API</text>'
-              '<path class="link kv" d="M130,0 H158"/><text x="164" y="4">KV transfer</text>'
-              '<path class="link pool" d="M270,0 H298"/><text x="304" y="4">MemCache pool</text>'
-              '<rect class="box fail" x="420" y="-8" width="22" height="14" rx="3"/>'
-              '<text x="448" y="4">node with a failed check</text></g>')
-    defs = "<defs>" + "".join(
-        f'<marker id="a-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" '
-        f'markerWidth="{14 if k == "kv" else 9}" markerHeight="{14 if k == "kv" else 9}" orient="auto">'
-        f'<path d="M0,0 L10,5 L0,10 z" class="head {k}"/></marker>' for k in ("api", "kv", "pool")) + "</defs>"
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="topo" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="deployment topology">{defs}'
-            + "".join(links) + "".join(parts) + legend + "</svg>")
-
-
-def _route(src: _Box, dst: _Box, col_x: list[float], kind: str) -> str:
-    """Orthogonal path: through the gap left of the target column, over the top lane if columns lie between."""
-    x0, y0 = src.x + W, src.mid
-    gap = dst.x - 8 - COLGAP / 2 + 4
-    first_gap = col_x[0] - 8 - COLGAP / 2 + 4 if col_x else gap
-    if gap <= first_gap + 1:
-        d = f"M{x0},{y0} H{gap} V{dst.mid} H{dst.x - 2}"
-    else:
-        lane = TOP - 22
-        d = f"M{x0},{y0} H{first_gap} V{lane} H{gap} V{dst.mid} H{dst.x - 2}"
-    return f'<path class="link {kind}" d="{d}" marker-end="url(#a-{kind})"/>'
-
-
-def _node_box(run: Run, node: dict[str, Any], box: _Box, failed: bool) -> str:
-    name = str(node.get("name"))
-    mine = [t for t in run.tests if t["node"] == name]
-    passed, bad, skipped = _tally({o: sum(t["outcome"] == o for t in mine) for o in {t["outcome"] for t in mine}})
-    status = f"{bad} failed / {len(mine)} checks" if bad else (f"{passed} passed, {skipped} skipped" if mine else "no checks")
-    cls = "fail" if failed else ("pass" if passed else "none")
-    ports = _ports(node)
-    port_line = " ".join(f"{t} {s}" for t, s in ports)
-    rank = node.get("rank")
-    title = f"{name} ({node.get('role')}, rank {rank}) {node.get('address')}\n" + \
-        "\n".join(f"{t}: {s}" for t, s in ports) + f"\n{status}"
-    x, y = box.x, box.y
-    return (f'<g class="node {cls}" data-node="{e(name)}"><title>{e(title)}</title>'
-            f'<rect class="box {cls}" x="{x}" y="{y}" width="{W}" height="{H}" rx="6"/>'
-            f'<text class="name" x="{x + 8}" y="{y + 17}">{e(_clip(name, 16))}'
-            f'<tspan class="sub" dx="6">{e(_clip(str(node.get("role")), 12))} · rank {e(rank)}</tspan></text>'
-            f'<text x="{x + 8}" y="{y + 34}">{e(_clip(str(node.get("address")), 34))}</text>'
-            f'<text class="sub" x="{x + 8}" y="{y + 50}">{e(_clip(port_line or "no listening ports", 38))}</text>'
-            f'<text class="st {cls}" x="{x + 8}" y="{y + 67}">{e(status)}</text></g>')
-
-
-def _service_box(box: _Box, title: str, url: str, note: str) -> str:
-    return (f'<g class="svc"><rect class="svc" x="{box.x}" y="{box.y}" width="{W}" height="{H}" rx="6"/>'
-            f'<text class="name" x="{box.x + 8}" y="{box.y + 20}">{e(title)}</text>'
-            f'<text x="{box.x + 8}" y="{box.y + 40}">{e(_clip(str(url), 34))}</text>'
-            f'<text class="sub" x="{box.x + 8}" y="{box.y + 58}">{e(_clip(note, 36))}</text></g>')
 
 
 CSS = """
@@ -456,7 +288,8 @@ max-height:220px;overflow:auto;font:12px ui-monospace,monospace} .muted{color:#5
 svg.topo{border:1px solid #d0d7de;border-radius:6px;background:#fff;max-width:100%;height:auto}
 svg text{font:12px system-ui,sans-serif;fill:#1b1f24} svg text.name{font-weight:600;font-size:13px}
 svg .sub{fill:#57606a;font-size:11px} svg text.hdr{font-weight:600;text-transform:uppercase;fill:#57606a}
-svg text.lbl{font-size:11px;fill:#57606a;paint-order:stroke;stroke:#fff;stroke-width:4px} svg rect.frame{fill:#f6f8fa;stroke:#d0d7de;stroke-dasharray:4 3}
+svg text.lbl{font-size:11px;fill:#57606a;paint-order:stroke;stroke:#fff;stroke-width:4px}
+svg rect.frame{fill:#f6f8fa;stroke:#d0d7de;stroke-dasharray:4 3}
 svg rect.box{fill:#fff;stroke:#8c959f;stroke-width:1.5} svg rect.box.pass{stroke:#1a7f37}
 svg rect.box.fail{stroke:#cf222e;stroke-width:3;fill:#fff5f5} svg rect.svc{fill:#ddf4ff;stroke:#0969da}
 svg text.st.fail{fill:#cf222e;font-weight:600} svg text.st.pass{fill:#1a7f37}
@@ -478,9 +311,10 @@ def report_html(run: Run) -> str:
                        f"{run.count('error')} errors, {run.count('skipped')} skipped (from {run.source})")]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>k3lab {e(p.get('scenario', '?'))}: {run.verdict}</title><style>{CSS}</style></head><body>",
-           f'<h1>k3lab acceptance: {e(p.get("scenario", "?"))} <span class="verdict {run.verdict}">{run.verdict}</span></h1>',
+           f'<h1>k3lab acceptance: {e(p.get("scenario", "?"))} '
+           f'<span class="verdict {run.verdict}">{run.verdict}</span></h1>',
            "<table>" + "".join(f"<tr><th>{e(k)}</th><td>{e(val)}</td></tr>" for k, val in info) + "</table>",
-           "<h2>Deployment</h2>", topology_svg(run), "<h2>Checks by node and area</h2>", _matrix(run),
+           "<h2>Deployment</h2>", topology_svg(run.plan, run.tests), "<h2>Checks by node and area</h2>", _matrix(run),
            "<h2>Failures</h2>", _failure_table(run), "<h2>Deviations from the guides</h2>", _deviations(run),
            "<h2>Evidence</h2>", _evidence_html(run),
            f'<p class="muted">Generated {e(_now())} by k3lab {e(__version__)}.</p></body></html>']
