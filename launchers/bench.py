@@ -44,6 +44,19 @@ def _peak_memory_mb(run) -> dict[str, float]:
     return out
 
 
+def _engine_rss_mb(run) -> dict[str, float]:
+    """VmRSS of each node's `vllm serve` process (the engine stand-in on the sim)."""
+    script = ('for p in /proc/[0-9]*; do if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q " serve "; then '
+              'grep VmRSS $p/status; fi; done')
+    out = {}
+    for node in run.plan.nodes:
+        _, text = run.backend.exec(node.name, ["bash", "-c", script])
+        values = [int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS")]
+        if values:
+            out[node.name] = round(max(values) / 1024, 1)
+    return out
+
+
 def _process_start_s(run) -> float:
     node = run.plan.nodes[0].name
     t = time.perf_counter()
@@ -74,6 +87,7 @@ def live(scenario: str, conformance: bool = True) -> dict:
     result = {"timings": dict(run.timings)}
     try:
         result["peak_memory_mb"] = _peak_memory_mb(run)
+        result["engine_rss_mb"] = _engine_rss_mb(run)
         load = float(os.environ.get("K3SIM_LOAD_SECONDS", "0.3"))
         start = _container_start_s()
         proc = _process_start_s(run)

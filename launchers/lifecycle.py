@@ -281,6 +281,22 @@ def _node_files(run: Run, node) -> dict[str, tuple[bytes, int]]:
     return files
 
 
+# Sockets listening on all interfaces, with the command line of the owning process: the guides
+# warn that every service listens on 0.0.0.0 without authentication (security posture evidence).
+OPEN_SOCKETS = r"""
+for t in /proc/net/tcp /proc/net/tcp6; do
+  tail -n +2 "$t" | while read -r _ local _ st _ _ _ _ _ inode _; do
+    [ "$st" = 0A ] || continue
+    addr=${local%:*}; port=$((16#${local##*:}))
+    case "$addr" in 00000000|00000000000000000000000000000000) ;; *) continue ;; esac
+    owner=$(ls -l /proc/[0-9]*/fd/* 2>/dev/null | grep "socket:\[$inode\]" | head -1 | sed 's#.*/proc/\([0-9]*\)/fd.*#\1#')
+    cmd=$( [ -n "$owner" ] && tr '\0\n' '  ' < /proc/$owner/cmdline | cut -c1-160 )
+    echo "0.0.0.0:$port pid=${owner:-?} $cmd"
+  done
+done | sort -t: -k2 -n -u
+"""
+
+
 def collect(run: Run) -> None:
     """Evidence into the run dir: each process log, docker inspect, metrics of every API."""
     evidence = run.dir / "evidence"
@@ -297,6 +313,8 @@ def collect(run: Run) -> None:
             for log in sorted({p.log for p in node.all_processes()}):
                 _, out = run.backend.exec(node.name, ["cat", log], timeout=10)
                 (ndir / Path(log).name).write_text(_redact(out))
+            _, out = run.backend.exec(node.name, ["bash", "-c", OPEN_SOCKETS], timeout=20)
+            (ndir / "open-sockets.txt").write_text(_redact(out))
         except Exception as exc:  # evidence is best effort; teardown must still run
             (ndir / "collect-error.txt").write_text(repr(exc))
     for api in run.plan.expect.apis:
