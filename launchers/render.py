@@ -29,6 +29,7 @@ from .plan import (
     Process,
     Stage,
 )
+from .preflight import flag as _flag
 from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export
 from .shell import Line, Raw, Script, Source, Unset, w, words
 
@@ -133,15 +134,6 @@ def _launcher_children(dp_size: int, tp: int, local: int, start: int, addr: str,
         devices = ",".join(str(x) for x in range(i * tp, (i + 1) * tp))
         out.append([devices, str(port0 + i), str(dp_size), str(start + i), addr, rpc, str(tp)])
     return out
-
-
-def _flag(argv: list[str], name: str, default: str | None = None) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return default
 
 
 def _kv_ports(argv: list[str], pp_rank: int, dp_rank: int) -> list[PortUse]:

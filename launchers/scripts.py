@@ -117,9 +117,8 @@ def _socket_env(ip_var: str, nic_var: str, braces: bool = False) -> list[Assign]
 # ------------------------------------------------------------------ Kimi-K3 (vLLM-Ascend 0.23.0)
 
 
-def k3_mixed(ctx: Ctx) -> Script:
-    """K3 §5.1.1 (and the §5.1.1 note, §7.5, §8.2 variants): Node 0 or a headless worker."""
-    p = ctx.sc.params
+def _k3_values(ctx: Ctx) -> list:
+    """The 'Values that must be adapted' block the K3 mixed commands start with (Node 0 or a worker)."""
     node0 = ctx.node.rank == 0
     st: list = [Raw("#!/usr/bin/env bash"), Raw("# Values that must be adapted to the target environment."),
                 export("MODEL_PATH", ctx.model), export("LOCAL_IP", ctx.node.local_ip)]
@@ -128,7 +127,14 @@ def k3_mixed(ctx: Ctx) -> Script:
     st += [export("NIC_NAME", ctx.node.nic), export("PORT", ctx.ports.api), export("RPC_PORT", ctx.ports.dp_rpc)]
     if not node0:
         st.append(export("DP_START_RANK", ctx.node.rank))
-    st += [Raw(""), *_socket_env("LOCAL_IP", "NIC_NAME")]
+    return st + [Raw("")]
+
+
+def k3_mixed(ctx: Ctx) -> Script:
+    """K3 §5.1.1 (and the §5.1.1 note, §7.5, §8.2 variants): Node 0 or a headless worker."""
+    p = ctx.sc.params
+    node0 = ctx.node.rank == 0
+    st = _k3_values(ctx) + [*_socket_env("LOCAL_IP", "NIC_NAME")]
     if node0:
         st.append(export("VLLM_ENGINE_READY_TIMEOUT_S", 7200))
     st += [export("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True"), export("OMP_PROC_BIND", "false"),
@@ -156,14 +162,7 @@ def k3_mixed(ctx: Ctx) -> Script:
 def k3_a2(ctx: Ctx) -> Script:
     """K3 §5.2.1: eight A2 nodes, DP8/TP8, language model only."""
     node0 = ctx.node.rank == 0
-    st: list = [Raw("#!/usr/bin/env bash"), Raw("# Values that must be adapted to the target environment."),
-                export("MODEL_PATH", ctx.model), export("LOCAL_IP", ctx.node.local_ip)]
-    if not node0:
-        st.append(export("NODE0_IP", ctx.head_ip))
-    st += [export("NIC_NAME", ctx.node.nic), export("PORT", ctx.ports.api), export("RPC_PORT", ctx.ports.dp_rpc)]
-    if not node0:
-        st.append(export("DP_START_RANK", ctx.node.rank))
-    st += [Raw(""), Source(w("/usr/local/Ascend/ascend-toolkit/set_env.sh")),
+    st = _k3_values(ctx) + [Source(w("/usr/local/Ascend/ascend-toolkit/set_env.sh")),
            Source(w("/vllm-workspace/vllm-ascend/vllm_ascend/_cann_ops_custom/vendors/custom_transformer/bin/set_env.bash")),
            Raw(""), export("PYTHONPATH", "/vllm-workspace/vllm-ascend:", Var("PYTHONPATH", default_empty=True)),
            export("VLLM_HOST_IP", Var("LOCAL_IP")), *_socket_env("LOCAL_IP", "NIC_NAME"),

@@ -17,18 +17,6 @@ def rendered(sid: str, **inv_update) -> render.Rendered:
     return render.build(sid, inv)
 
 
-def proc(r: render.Rendered, pid: str):
-    return next(p for p in r.plan.processes() if p.id == pid)
-
-
-def set_flag(argv: list[str], name: str, value: str | None) -> None:
-    i = argv.index(name)
-    if value is None:
-        del argv[i:i + 2]
-    else:
-        argv[i + 1] = value
-
-
 def failing(r: render.Rendered, checkpoints: Path = preflight.FIXTURES) -> set[str]:
     return {f.check for f in preflight.run(r.plan, r.files, checkpoints)}
 
@@ -68,6 +56,6 @@ def test_missing_checkpoint_is_a_warning(tmp_path):
 
 def test_k3_launcher_seed_defect_is_a_listed_deviation():
     r = rendered("k3_a3_pd")
-    launcher = proc(r, "p0/launcher")
+    launcher = next(p for p in r.plan.processes() if p.id == "p0/launcher")
     assert "--pp-size" not in launcher.argv
     assert any(d.id == "k3-pp-size" for d in r.plan.deviations)
