@@ -132,7 +132,8 @@ class SimBackend(Backend):
 
     def __init__(self, plan: Plan, run_id: str, subnet: str, device_subnet: str, faults: dict | None = None) -> None:
         super().__init__(plan, run_id)
-        # injected faults: {"hw": {node: node.json faults}, "shm": {node: size}, "hold_port": {node: port}}
+        # injected faults: {"hw": {node: node.json faults}, "shm": {node: size}, "hold_port": {node: port},
+        #                   "edit": {node: [(file, sed expression)]}}
         self.faults = faults or {}
         self.engine = sim_engine(plan)
         self.subnet = subnet
@@ -205,6 +206,12 @@ class SimBackend(Backend):
 
 
     def after_start(self) -> None:
+        # "edit": a wrong script on a node, as if a person copied the wrong template
+        for node, exprs in self.faults.get("edit", {}).items():
+            for path, expr in exprs:
+                code, out = self.containers[node].exec_run(["sed", "-i", "-e", expr, path])
+                if code != 0:
+                    raise RuntimeError(f"fault edit on {node} failed: {out.decode(errors='replace')}")
         for node, port in self.faults.get("hold_port", {}).items():
             hold = (f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',{int(port)})); s.listen(); "
                     "time.sleep(86400)")

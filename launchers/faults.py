@@ -232,6 +232,7 @@ STATIC = [
     Fault("S-LAUNCHER-PP", "seed defect: launch_online_dp.py --pp-size", "k3_a3_pd", S({"PF-LAUNCHER"}), m_launcher),
 ]
 
+_TEMPLATE = "/root/k3lab/run_dp_template.sh"
 # Conformance test ids a broken PD request path fails (all go through the proxy).
 _PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean", "test_image_request",
                 "test_external_cache_hits_on_repeated_prefix"}
@@ -266,6 +267,17 @@ LIVE = [
           at_start={"hold_port": {"d0": 36200}}, message="Address already in use"),
     Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
           S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
+    Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
+          S({"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean"}),
+          at_start={"edit": {d: [(_TEMPLATE, r"/--enable-auto-tool-choice\|--reasoning-parser\|--tool-call-parser/d")]
+                             for d in ("d0", "d1", "d2", "d3")}}),
+    Fault("L-MAXLEN-WRONG", "max_model_len 204800 on one Decode of a 1M scenario", "a3_pd_1m",
+          S({"test_models_lists_served_name_and_limit[d2:8000]", "test_max_model_len_enforced[d2:8000]"}),
+          at_start={"edit": {"d2": [(_TEMPLATE, "s/--max-model-len 1048576/--max-model-len 204800/")]}}),
+    Fault("L-IMAGE-PD", "F16 image requests fail under PD (Decode started language-model-only)", "a3_pd_1m",
+          S({"test_image_request"}),
+          at_start={"edit": {d: [(_TEMPLATE, r"s/^--skip-mm-profiling \\$/--skip-mm-profiling --language-model-only \\/")]
+                             for d in ("d0", "d1", "d2", "d3")}}),
     Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
           at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}}, message="exited"),
 ]
@@ -319,32 +331,42 @@ def inject(run, fault: Fault) -> None:
 def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
     from . import lifecycle
 
-    rows = []
+    rows: list[dict] = []
+
+    def add(row: dict) -> None:  # print and save as we go: a live matrix takes minutes
+        rows.append(row)
+        print(f"[faults] {row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})",
+              flush=True)
+        if report:
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(json.dumps(rows, indent=2))
+
     faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
     for f in faults:
         if f.kind == "static":
-            rows.append(_row(f, run_static(f)))
+            add(_row(f, run_static(f)))
     running: dict[str, object] = {}
     try:
         for f in [f for f in faults if f.kind == "live" and f.running]:
             run = running.get(f.scenario)
             if run is None:
-                run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
+                try:
+                    run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
+                except (lifecycle.GateFailed, SystemExit) as exc:
+                    add(_row(f, {f"up failed: {str(exc).splitlines()[0]}"}))
+                    continue
                 base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
-                rows.append(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), base))
+                add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), base))
             inject(run, f)
             observed = conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")
-            rows.append(_row(f, observed))
+            add(_row(f, observed))
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
             running.pop(f.scenario)
         for f in [f for f in faults if f.kind == "live" and f.at_start]:
-            rows.append(_row(f, _run_start_fault(f)))
+            add(_row(f, _run_start_fault(f)))
     finally:
         for run in running.values():
             lifecycle.down(run)
-    if report:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps(rows, indent=2))
     return rows
 
 
@@ -353,7 +375,7 @@ def _run_start_fault(f: Fault) -> set[str]:
 
     try:
         run = lifecycle.up(f.scenario, None, {}, "sim", sim_faults=f.at_start)
-    except lifecycle.GateFailed as exc:
+    except (lifecycle.GateFailed, RuntimeError) as exc:
         stage = str(exc).split(":", 1)[0].removeprefix("stage ")
         return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
     try:

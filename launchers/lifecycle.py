@@ -88,7 +88,9 @@ def start_process(run: Run, proc: Process) -> None:
 
 
 def alive(run: Run, proc: Process) -> bool:
-    code, _ = run.backend.exec(proc.node, ["bash", "-c", f'kill -0 "$(cat {pid_file(proc)})"'], timeout=10)
+    """False only when the recorded PID is gone; a process that has not written its PID yet counts as alive."""
+    pid = pid_file(proc)
+    code, _ = run.backend.exec(proc.node, ["bash", "-c", f'[ ! -s {pid} ] || kill -0 "$(cat {pid})"'], timeout=10)
     return code == 0
 
 

@@ -83,3 +83,43 @@ def test_sim_run_over_ssh(sshd, tmp_path, runs_dir, clean_engine):
                           "models or health or container_running"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatch):
+    """The lab backend (documented docker run, each node's own endpoint) driven over ssh://.
+
+    This machine's runtime refuses --privileged and has no /dev/davinci* or driver files, so the
+    container spec drops those three and mounts the host's programs instead; everything else
+    (endpoint per node, host network, shm, labels, staging, exec, teardown by label) is the lab path.
+    """
+    from launchers import inventory, render
+    from launchers.backends import LabBackend
+    from launchers.plan import Mount
+    from launchers.sim import image
+
+    (sshd["home"] / ".ssh" / "known_hosts").write_text(sshd["known_hosts"])
+    monkeypatch.setenv("HOME", str(sshd["home"]))
+    inv = inventory.load(ROOT / "fixtures" / "inventories" / "k3_a3_mixed.yaml").model_dump(mode="json")
+    for node in inv["nodes"]:
+        node["endpoint"] = f"ssh://root@127.0.0.1:{sshd['port']}"
+        node["container_name"] = f"k3lab-labtest-{node['name']}"
+    plan = render.build("k3_a3_mixed", inventory.parse(inv), target="lab", run_label="labtest").plan
+    ref = image.ensure()
+    for node in plan.nodes:
+        c = node.container
+        c.image, c.privileged, c.devices = ref, False, []
+        c.mounts = [Mount(source=m["Source"], target=m["Target"], read_only=True) for m in image.host_mounts()]
+    backend = LabBackend(plan, "labtest")
+    try:
+        backend.parallel(backend.create, plan.nodes)
+        backend.parallel(lambda n: backend.put(n, {"/root/k3lab/hello.txt": (n.name.encode(), 0o644)}), plan.nodes)
+        backend.parallel(backend.start, plan.nodes)
+        for node in plan.nodes:
+            code, out = backend.exec(node.name, ["cat", "/root/k3lab/hello.txt"])
+            assert (code, out) == (0, node.name)
+            attrs = backend.containers[node.name].attrs
+            assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["ShmSize"] == 1 << 30
+            assert attrs["Config"]["Labels"]["k3lab.run"] == "labtest"
+    finally:
+        removed = backend.remove_run()
+    assert len(removed) == len(plan.nodes)
