@@ -79,6 +79,8 @@ def start_process(run: Run, proc: Process) -> None:
     env = {"K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
     if run.plan.target == "sim":
         env["K3SIM_LOAD_SECONDS"] = os.environ.get("K3SIM_LOAD_SECONDS", "0.3")
+        # the stand-in reports the vLLM-Ascend version its guide was validated on
+        env["K3SIM_VLLM_VERSION"] = "0.23.0" if "0.23.0" in run.plan.seed else "0.30.0"
     secret = os.environ.get("K3LAB_API_KEY")
     if secret and proc.kind in ("engine", "launcher"):
         env["VLLM_API_KEY"] = secret
@@ -376,9 +378,12 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     code = 1
     try:
         t = time.monotonic()
+        extra = list(args.pytest_args)
+        if not any(a == "-n" or a.startswith("-n") or a.startswith("--numprocesses") for a in extra):
+            extra = ["-n", "2", "--dist", "loadgroup", *extra]  # nodes' checks in parallel, one group per node
         pytest_args = [sys.executable, "-m", "pytest", str(Path(__file__).resolve().parent.parent / "conformance"),
                        f"--run-dir={run.dir}", "-p", "no:cacheprovider", f"--junitxml={run.dir / 'junit.xml'}",
-                       *args.pytest_args]
+                       *extra]
         code = subprocess.call(pytest_args, timeout=args.conformance_timeout)
         run.timings["conformance_s"] = time.monotonic() - t
     except subprocess.TimeoutExpired:
