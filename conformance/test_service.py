@@ -251,3 +251,28 @@ def test_api_key_enforced(api, plan):
     assert r.status_code == 401, f"{api.node}: /v1/models without a key answered {r.status_code}"
     r = bare.get(f"{api.url}/v1/models", timeout=5, headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, f"{api.node}: /v1/models with the key answered {r.status_code}"
+
+
+@conformance(area="parsers", must="The official openai client MUST parse chat, reasoning and tool-call responses.")
+def test_openai_client_parses_responses(entrypoint, plan):
+    """Schema drift shows up as a parse error in a real client, not in our own JSON handling."""
+    import os
+
+    import httpx
+    import openai
+
+    _needs_parsers(plan)
+    client = openai.OpenAI(base_url=f"{entrypoint}/v1", api_key=os.environ.get("K3LAB_API_KEY") or "EMPTY",
+                           http_client=httpx.Client(trust_env=False, timeout=60), max_retries=0)
+    chat = client.chat.completions.create(model=plan.expect.served_name, max_tokens=64, temperature=0,
+                                          messages=[{"role": "user", "content": "Name one prime number."}])
+    message = chat.choices[0].message
+    reasoning = (message.model_extra or {}).get("reasoning") or (message.model_extra or {}).get("reasoning_content")
+    assert reasoning, "openai client sees no reasoning field: check --reasoning-parser kimi_k3"
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"term": {"type": "string"}}, "required": ["term"]}}}]
+    call = client.chat.completions.create(model=plan.expect.served_name, max_tokens=1024, temperature=0, tools=tools,
+                                          tool_choice="auto", messages=[{"role": "user", "content": "Look up NPU."}])
+    calls = call.choices[0].message.tool_calls or []
+    assert calls and json.loads(calls[0].function.arguments).get("term") is not None, \
+        f"openai client parsed no usable tool call: {call.choices[0].message}"

@@ -235,12 +235,13 @@ STATIC = [
 _TEMPLATE = "/root/k3lab/run_dp_template.sh"
 # Conformance test ids a broken PD request path fails (all go through the proxy).
 _PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean", "test_image_request",
-                "test_external_cache_hits_on_repeated_prefix"}
+                "test_external_cache_hits_on_repeated_prefix", "test_openai_client_parses_responses"}
 
 LIVE = [
     Fault("L-DEVICE-ALARM", "F15 NPU health Alarm", "a3_pd_1m", S({"test_npu_smi_devices_healthy[d1]"}),
           running=[("d1", ["k3sim-fault", "set", "devices.3.health", "Alarm"])]),
-    Fault("L-LINK-DOWN", "F5 device link DOWN", "a3_pd_1m", S({"test_hccn_links_up[p1]"}),
+    Fault("L-LINK-DOWN", "F5 device link DOWN (net health follows)", "a3_pd_1m",
+          S({"test_hccn_links_up[p1]", "test_hccn_net_health[p1]"}),
           running=[("p1", ["k3sim-fault", "set", "devices.2.link", "DOWN"])]),
     Fault("L-NET-HEALTH", "F5 device net health Fault", "a3_pd_1m", S({"test_hccn_net_health[d0]"}),
           running=[("d0", ["k3sim-fault", "set", "devices.5.net_health", "Fault"])]),
@@ -268,7 +269,8 @@ LIVE = [
     Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
           S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
     Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
-          S({"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean"}),
+          S({"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean",
+             "test_openai_client_parses_responses"}),
           at_start={"edit": {d: [(_TEMPLATE, r"/--enable-auto-tool-choice\|--reasoning-parser\|--tool-call-parser/d")]
                              for d in ("d0", "d1", "d2", "d3")}}),
     Fault("L-MAXLEN-WRONG", "max_model_len 204800 on one Decode of a 1M scenario", "a3_pd_1m",

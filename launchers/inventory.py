@@ -217,6 +217,8 @@ def load(path: str | Path) -> Inventory:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise InventoryError(f"{path}: no such inventory file") from None
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise InventoryError(f"{path}: not valid YAML: {exc}") from None
     return parse(data, str(path))

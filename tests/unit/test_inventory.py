@@ -69,3 +69,54 @@ def test_example_lab_inventories_render_and_pass_preflight(path, tmp_path):
 def test_every_scenario_has_an_example_lab_inventory():
     from launchers import catalog
     assert {p.stem for p in FIXTURES.glob("*.yaml")} == set(catalog.SCENARIOS)
+
+
+# ------------------------------------------------------------------ hostile inventories (Hypothesis)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+junk = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True) |
+                    st.text(max_size=40), lambda inner: st.lists(inner, max_size=4) |
+                    st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
+
+
+@st.composite
+def hostile(draw):
+    data = base()
+    target = draw(st.sampled_from(["top", "node", "ports", "paths", "sim"]))
+    key = draw(st.sampled_from({"top": list(data) + ["extra"], "node": list(data["nodes"][0]) + ["bogus"],
+                                "ports": list(data["ports"]) + ["nope"], "paths": list(data["paths"]),
+                                "sim": list(data["sim"])}[target]))
+    value = draw(junk)
+    holder = {"top": data, "node": data["nodes"][draw(st.integers(0, len(data["nodes"]) - 1))],
+              "ports": data["ports"], "paths": data["paths"], "sim": data["sim"]}[target]
+    holder[key] = value
+    return data
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile())
+def test_hostile_inventory_is_valid_or_one_clear_error(data):
+    """Malformed input never crashes: it parses, or raises InventoryError naming fields."""
+    try:
+        inv = inventory.parse(data)
+    except inventory.InventoryError as exc:
+        lines = str(exc).splitlines()
+        assert lines[0].endswith("invalid inventory") and len(lines) >= 2
+        return
+    try:
+        render.build("k3_a3_mixed", inv)
+    except (inventory.InventoryError, render.RenderError):
+        pass  # a valid schema that does not fit the scenario is also a clear, named error
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200))
+def test_garbage_files_are_clear_errors(tmp_path_factory, blob):
+    path = tmp_path_factory.mktemp("inv") / "inv.yaml"
+    path.write_bytes(blob if isinstance(blob, bytes) else blob.encode())
+    try:
+        inventory.load(path)
+    except inventory.InventoryError:
+        pass
