@@ -87,11 +87,19 @@ def test_streaming_content_is_clean(http, entrypoint, plan):
                "messages": [{"role": "user", "content": "Say hello."}]}
     with http.post(f"{entrypoint}/v1/chat/completions", json=payload, stream=True, timeout=60) as r:
         assert r.status_code == 200, f"stream: {r.status_code}"
-        content = ""
+        content, reasoning, errors = "", "", []
         for line in r.iter_lines(decode_unicode=True):
-            if line and line.startswith("data: ") and line != "data: [DONE]":
-                delta = json.loads(line[6:])["choices"][0].get("delta", {})
-                content += delta.get("content") or ""
+            if not line or not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:  # vLLM reports a failure after the 200 as an error event in the stream
+                errors.append(chunk["error"])
+                continue
+            delta = chunk["choices"][0].get("delta", {})
+            content += delta.get("content") or ""
+            reasoning += delta.get("reasoning") or delta.get("reasoning_content") or ""
+    assert not errors, f"the stream carried error events: {errors[:2]}"
+    assert content or reasoning, "the stream produced no content and no reasoning"
     assert not [m for m in MARKERS if m in content], f"streamed content leaks markers: {content[:200]!r}"
 
 
