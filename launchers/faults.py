@@ -257,7 +257,7 @@ LIVE = [
           S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
           running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
     Fault("L-PROVIDER-GONE", "F10 a provider exits", "a3_pd_pooled", S({"test_metaservice_capacity"}),
-          running=[("d2", ["bash", "-c", 'kill "$(cat /root/k3lab/.k3lab/d2_provider.pid)"'])]),
+          running=[("d2", ["bash", "-c", 'kill "$(cat /root/k3lab/memcache/.k3lab/d2_provider.pid)"'])]),
     Fault("L-CONTAINER-STOPPED", "a node container exits", "k3_a3_mixed", S(),
           running=[("@docker", ["stop", "node3"])]),
     Fault("L-PROVIDER-SHORT", "F10 a provider registers 512 MB", "a3_pd_pooled", S({"gate:providers"}),
@@ -359,9 +359,12 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
                     continue
                 base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
                 add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), base))
-            inject(run, f)
-            observed = conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")
-            add(_row(f, observed))
+            try:
+                inject(run, f)
+            except RuntimeError as exc:
+                add(_row(f, {f"injection failed: {exc}"}))
+            else:
+                add(_row(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")))
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
             running.pop(f.scenario)
         for f in [f for f in faults if f.kind == "live" and f.at_start]:
