@@ -66,6 +66,8 @@ def test_hccn_tls_consistent(plan, hosts):
     with ThreadPoolExecutor(max_workers=8) as pool:  # nodes are independent; one exec each
         per_node = dict(zip([n.name for n in plan.nodes],
                             pool.map(lambda n: _per_device(hosts[n.name], n, "-tls -g"), plan.nodes)))
+    silent = [n.name for n in plan.nodes if len(per_node[n.name]) != n.device_count]
+    assert not silent, f"hccn_tool -tls -g did not answer for every device on {silent}"
     switches = {}
     for node, devices in per_node.items():
         for dev, out in devices.items():
