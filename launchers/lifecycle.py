@@ -132,11 +132,12 @@ def gate_ok(run: Run, gate: Gate) -> bool:
     return False
 
 
-def wait_stage(run: Run, stage, timeout: float, progress) -> None:
+def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) -> None:
+    """Wait for the stage's gates; fail at once, naming it, when any process started so far has exited."""
     deadline = time.monotonic() + timeout
     pending = list(stage.gates)
     procs = {p.id: p for p in run.plan.processes()}
-    last_alive_check = 0.0
+    last_alive_check = time.monotonic()
     while pending:
         pending = [g for g in pending if not gate_ok(run, g)]
         if not pending:
@@ -145,7 +146,7 @@ def wait_stage(run: Run, stage, timeout: float, progress) -> None:
         now = time.monotonic()
         if now - last_alive_check > 2:
             last_alive_check = now
-            for pid in {g.process for g in pending if g.process}:
+            for pid in started:
                 if not alive(run, procs[pid]):
                     raise GateFailed(f"stage {stage.name}: {pid} on {procs[pid].node} exited before "
                                      f"{_describe(pending[0])}; last log lines:\n{log_tail(run, procs[pid])}")
@@ -247,12 +248,14 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         run.backend.after_start()
         run.timings["containers_s"] = time.monotonic() - t
         run.save("starting")
+        started: list[str] = []
         for stage in plan.stages:
             t = time.monotonic()
             for pid in stage.processes:
                 start_process(run, next(p for p in plan.processes() if p.id == pid))
+                started.append(pid)
             timeout = min(stage.timeout_s, SIM_TIMEOUT_S) if tgt == "sim" else stage.timeout_s
-            wait_stage(run, stage, timeout, progress)
+            wait_stage(run, stage, timeout, progress, started)
             run.timings[f"stage_{stage.name}_s"] = time.monotonic() - t
             _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
         run.timings["up_s"] = time.monotonic() - started
