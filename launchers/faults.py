@@ -273,8 +273,9 @@ LIVE = [
           at_start={"hw": {"d1": {"provider": {"dram_size": "512MB"}}}}, message="to report 8589934592 bytes"),
     Fault("L-HASH-SEED", "F11 one Prefill engine hashes with another seed", "k3_a3_pd",
           S({"test_pool_hits_across_engines"}), at_start={"hw": {"p1": {"engine": {"hash_seed": "7"}}}}),
+    # P1 (PP rank 1) binds handshake ports 36016-36031; it starts in the workers stage
     Fault("L-KV-PORT-TAKEN", "F1/F2 a KV port is held before the engine starts", "a3_pd_1m", S({"gate:workers"}),
-          at_start={"hold_port": {"d0": 36200}}, message="Address already in use"),
+          at_start={"hold_port": {"p1": 36016}}, message="Address already in use"),
     Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
           S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
     Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
