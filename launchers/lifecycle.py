@@ -248,14 +248,14 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         run.backend.after_start()
         run.timings["containers_s"] = time.monotonic() - t
         run.save("starting")
-        started: list[str] = []
+        launched: list[str] = []
         for stage in plan.stages:
             t = time.monotonic()
             for pid in stage.processes:
                 start_process(run, next(p for p in plan.processes() if p.id == pid))
-                started.append(pid)
+                launched.append(pid)
             timeout = min(stage.timeout_s, SIM_TIMEOUT_S) if tgt == "sim" else stage.timeout_s
-            wait_stage(run, stage, timeout, progress, started)
+            wait_stage(run, stage, timeout, progress, launched)
             run.timings[f"stage_{stage.name}_s"] = time.monotonic() - t
             _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
         run.timings["up_s"] = time.monotonic() - started
