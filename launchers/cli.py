@@ -103,7 +103,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" goes to pytest untouched (argparse cannot place it after options)
+    passthrough: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, passthrough = argv[:i], argv[i + 1:]
     args = parser().parse_args(argv)
+    args.pytest_args = passthrough
     try:
         return args.fn(args)
     except (inventory.InventoryError, render.RenderError, catalog.UnknownScenario) as exc:

@@ -74,7 +74,10 @@ def test_up_refuses_to_collide_with_a_live_run(runs_dir, clean_engine):
                            timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
     second = subprocess.run([*K3LAB, "up", "k3_a3_mixed"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run_id = first.stdout.strip().splitlines()[-1].rsplit("/", 1)[-1]
+    down = subprocess.run([*K3LAB, "down", run_id], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert second.returncode != 0 and "still up" in (second.stdout + second.stderr)
+    assert down.returncode == 0
 
 
 def test_gate_failure_names_node_process_and_log(runs_dir, clean_engine):

@@ -41,7 +41,7 @@ def sshd(tmp_path):
     proc = subprocess.Popen([SSHD, "-D", "-e", "-p", str(port), "-o", "ListenAddress=127.0.0.1", "-h",
                              str(tmp_path / "host_key"), "-o", f"AuthorizedKeysFile={tmp_path / 'authorized_keys'}",
                              "-o", "PermitRootLogin=prohibit-password", "-o", "StrictModes=no",
-                             "-o", "PidFile=none"], stderr=subprocess.PIPE)
+                             "-o", "PidFile=none", "-o", "MaxSessions=64"], stderr=subprocess.PIPE)
     for _ in range(50):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
