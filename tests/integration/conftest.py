@@ -14,12 +14,15 @@ def docker_ok() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    if docker_ok():
-        return
-    skip = pytest.mark.skip(reason="needs a running Docker engine")
-    for item in items:
-        if "integration" in str(item.fspath):
+    """One Docker engine: integration tests run one at a time, on one xdist worker (before xdist groups)."""
+    ours = [item for item in items if "integration" in str(item.fspath)]
+    for item in ours:
+        item.add_marker(pytest.mark.xdist_group(name="docker"))
+    if not docker_ok():
+        skip = pytest.mark.skip(reason="needs a running Docker engine")
+        for item in ours:
             item.add_marker(skip)
 
 

@@ -15,7 +15,7 @@ from launchers import siminventory
 
 from .conftest import leftovers
 
-pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.sim]
+pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
 K3LAB = [sys.executable, "-m", "launchers.cli"]
 ROOT = Path(__file__).resolve().parents[2]
 

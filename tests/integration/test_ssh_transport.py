@@ -14,7 +14,7 @@ import yaml
 
 from launchers import siminventory
 
-pytestmark = [pytest.mark.xdist_group("docker"), pytest.mark.sim]
+pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
