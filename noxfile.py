@@ -36,7 +36,9 @@ for _sid in SCENARIOS:
 def tests(session: nox.Session) -> None:
     """The kit's own tests: unit, golden, sim integration (needs Docker)."""
     install(session)
-    session.run("pytest", "-n", "2", "--dist", "loadgroup", *session.posargs)
+    # fast tests on both cores; the integration tests share one Docker engine, so they run in order
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", "--ignore=tests/integration", *session.posargs)
+    session.run("pytest", "tests/integration", *session.posargs)
 
 
 @nox.session
