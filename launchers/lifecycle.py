@@ -242,6 +242,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     try:
         t = time.monotonic()
         run.backend.prepare()
+        _log(f"creating {len(plan.nodes)} containers")
         run.backend.parallel(run.backend.create, plan.nodes)
         run.backend.parallel(lambda n: run.backend.put(n, _node_files(run, n)), plan.nodes)
         run.backend.parallel(run.backend.start, plan.nodes)

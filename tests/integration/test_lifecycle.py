@@ -39,7 +39,7 @@ def wait_for(proc: subprocess.Popen, needle: str, timeout: float = 90) -> str:
 
 
 @pytest.mark.parametrize("stage, sig", [
-    ("built sim image", signal.SIGINT),         # containers being created
+    ("containers", signal.SIGINT),              # containers being created
     ("metaservice:", signal.SIGTERM),            # waiting for the MetaService
     ("stage metaservice: ready", signal.SIGINT),  # providers starting
     ("stage providers: ready", signal.SIGTERM),   # heads starting
