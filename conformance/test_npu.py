@@ -34,29 +34,32 @@ def _per_device(host, node, option: str) -> dict[int, str]:
     return result
 
 
+def _unhealthy(node, hosts, option: str, healthy) -> tuple[int, dict[int, str]]:
+    """How many devices answered ``option``, and the answers that are not healthy."""
+    out = _per_device(hosts[node.name], node, option)
+    return len(out), {d: t for d, t in out.items() if not healthy(t)}
+
+
 @conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
 def test_hccn_links_up(node, hosts):
-    links = _per_device(hosts[node.name], node, "-link -g")
-    down = {d: t for d, t in links.items() if "link status: UP" not in t}
-    assert len(links) == node.device_count and not down, \
+    answered, down = _unhealthy(node, hosts, "-link -g", lambda t: "link status: UP" in t)
+    assert answered == node.device_count and not down, \
         f"{node.name}: device link not UP: {down} (check the cable and switch port of those devices)"
 
 
 @conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
 def test_hccn_net_health(node, hosts):
-    health = _per_device(hosts[node.name], node, "-net_health -g")
-    bad = {d: t for d, t in health.items() if "net health status: Success" not in t}
-    assert len(health) == node.device_count and not bad, \
+    answered, bad = _unhealthy(node, hosts, "-net_health -g", lambda t: "net health status: Success" in t)
+    assert answered == node.device_count and not bad, \
         f"{node.name}: net health not Success: {bad} (check -netdetect address and the RoCE network)"
 
 
 @conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
 def test_hccn_device_addresses(node, hosts):
     option = "-vnic -g" if node.platform == "A3" else "-ip -g"
-    out = _per_device(hosts[node.name], node, option)
-    missing = [d for d, t in out.items() if not re.search(r"ipaddr:\s*\d", t)]
-    assert len(out) == node.device_count and not missing, \
-        f"{node.name}: devices {missing} have no address ({option}); set it in /etc/hccn.conf with hccn_tool -ip -s"
+    answered, bad = _unhealthy(node, hosts, option, lambda t: re.search(r"ipaddr:\s*\d", t))
+    assert answered == node.device_count and not bad, \
+        f"{node.name}: devices {list(bad)} have no address ({option}); set it in /etc/hccn.conf with hccn_tool -ip -s"
 
 
 @conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")

@@ -363,12 +363,10 @@ def down_all() -> int:
 # ---------------------------------------------------------------------------------- commands
 
 
-def _opts(items: list[str]) -> dict[str, str]:
-    return dict(i.split("=", 1) for i in items)
-
-
 def cmd_up(args: argparse.Namespace) -> int:
-    run = up(args.scenario, args.inventory, _opts(args.option), args.target)
+    from .cli import _kv
+
+    run = up(args.scenario, args.inventory, _kv(args.option), args.target)
     if not args.keep:
         collect(run)
         down(run)
@@ -378,7 +376,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_cycle(args: argparse.Namespace) -> int:
     """up, conformance suite, down; exit status is the suite's."""
-    run = up(args.scenario, args.inventory, _opts(args.option), args.target)
+    from .cli import _kv
+
+    run = up(args.scenario, args.inventory, _kv(args.option), args.target)
     code = 1
     try:
         t = time.monotonic()

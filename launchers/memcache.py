@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .catalog import Scenario
 from .inventory import Inventory, Node
-from .scripts import Cmd, export
+from .scripts import Cmd, export, runtime_env_effect
 from .shell import Raw, Script, Source, Var, w
 
 RUNTIME_ENV = """#!/usr/bin/env bash
@@ -84,7 +84,7 @@ def metaservice_script(sc: Scenario, inv: Inventory) -> Script:
     if sc.family == "k3_pd":  # K3 §5.1.2.1
         st += [export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"), Cmd("python", "-c", META_START).done(exec_=True)]
     else:  # K3.1 Pro §5.3.3
-        st += [Source(w(f"{d}/runtime_env.sh"), effect=_runtime_env), export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"),
+        st += [Source(w(f"{d}/runtime_env.sh"), effect=runtime_env_effect), export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"),
                Cmd(w(Var("MEMC_PYTHON")), "-u", "-c", META_START).done(exec_=True)]
     return Script(st)
 
@@ -92,11 +92,6 @@ def metaservice_script(sc: Scenario, inv: Inventory) -> Script:
 def provider_script(inv: Inventory) -> Script:
     """K3.1 Pro §5.3.4: one standalone provider per P/D node."""
     d = inv.paths.memcache_config_dir
-    return Script([Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Source(w(f"{d}/runtime_env.sh"), effect=_runtime_env),
+    return Script([Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Source(w(f"{d}/runtime_env.sh"), effect=runtime_env_effect),
                    export("MMC_LOCAL_CONFIG_PATH", f"{d}/mmc-local-standalone.conf"),
                    Cmd(w(Var("MEMC_PYTHON")), "-u", f"{d}/memcache_standalone.py").done(exec_=True)])
-
-
-def _runtime_env(scope) -> None:
-    scope.env.setdefault("MEMC_PYTHON", "python3")
-    scope.env["PYTHONHASHSEED"] = "0"

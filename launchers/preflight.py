@@ -13,15 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal
 
+from .catalog import DEVICES
 from .plan import Plan, Process
+from .scripts import PROXY_VARS as SCRIPT_PROXY_VARS
 
 Severity = Literal["error", "warning"]
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
-PROXY_VARS = {"ftp_proxy", "FTP_PROXY", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"}
+PROXY_VARS = set(SCRIPT_PROXY_VARS)
 PARSER_FLAGS = ("--enable-auto-tool-choice", "--reasoning-parser", "--tool-call-parser", "--tokenizer-mode")
 LAUNCHER_OPTIONS = {"--dp-size", "--tp-size", "--dp-size-local", "--dp-rank-start", "--dp-address", "--dp-rpc-port",
                     "--vllm-start-port"}
-DEVICES = {"A3": 16, "A2": 8, "950DT": 8}
 
 
 @dataclass(frozen=True)

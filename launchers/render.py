@@ -30,7 +30,7 @@ from .plan import (
     Stage,
 )
 from .preflight import flag as _flag
-from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export
+from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export, runtime_env_effect
 from .shell import Line, Raw, Script, Source, Unset, w, words
 
 OPTIONS = {
@@ -356,7 +356,7 @@ def _launch_script(sc: Scenario, inv: Inventory, node: Node, heads: dict[str, No
     st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Line(words("cd", wd))]
     if sc.family == "k31_a5" and sc.params.get("pooled"):
         # K3.1 Pro §5.3.6: MF runtime environment plus the node's client config in the launch shell.
-        st += [Source(w(f"{inv.paths.memcache_config_dir}/runtime_env.sh"), effect=_runtime_env),
+        st += [Source(w(f"{inv.paths.memcache_config_dir}/runtime_env.sh"), effect=runtime_env_effect),
                export("MMC_LOCAL_CONFIG_PATH", f"{inv.paths.memcache_config_dir}/nodes/{node.name}/mmc-local.conf")]
     elif deviations.needs_hash_seed(sc, node.role):
         st.append(export("PYTHONHASHSEED", 0))
@@ -365,7 +365,7 @@ def _launch_script(sc: Scenario, inv: Inventory, node: Node, heads: dict[str, No
         group_ip = heads[node.role].local_ip
         rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
         dp = sc.roles[node.role] if sc.family == "k3_pd" else 4
-        tp = {"A3": 16, "950DT": 8, "A2": 8}[sc.platform]
+        tp = sc.devices  # one DP rank per node uses every device
         st.append(Line(words("cp", src, "./launch_online_dp.py")))
         c = Cmd("python", "launch_online_dp.py")("--dp-size", dp)("--tp-size", tp)("--dp-size-local", 1)
         c("--dp-rank-start", node.rank)("--dp-address", group_ip)("--dp-rpc-port", rpc)("--vllm-start-port", inv.ports.api)
@@ -373,11 +373,6 @@ def _launch_script(sc: Scenario, inv: Inventory, node: Node, heads: dict[str, No
     else:
         st.append(Cmd("bash", f"./{engine_name}").done(exec_=True))
     return Script(st)
-
-
-def _runtime_env(scope) -> None:
-    scope.env.setdefault("MEMC_PYTHON", "python3")
-    scope.env["PYTHONHASHSEED"] = "0"
 
 
 def _proxy_script(sc: Scenario, inv: Inventory) -> Script:
