@@ -1,7 +1,8 @@
 """Fixtures for live checks: the run-state and plan of a deployment that is up, and node access.
 
-Checks reach nodes only through real interfaces: ``docker exec`` of the node's tools (testinfra's
-docker backend), HTTP endpoints and Prometheus text. Each node's checks share an xdist group so
+Checks reach nodes only through real interfaces: ``docker exec`` of the node's tools in the node's
+container on the node's own Docker endpoint (``launchers.endpoints.NodeHost``, testinfra-shaped),
+HTTP endpoints and Prometheus text. Each node's checks share an xdist group so
 ``-n N --dist loadgroup`` runs nodes in parallel.
 """
 from __future__ import annotations
@@ -62,16 +63,26 @@ def state(run_dir) -> dict:
 
 @pytest.fixture(scope="session")
 def hosts(state):
-    """testinfra hosts per node, over docker exec of the node's container."""
-    import testinfra
+    """Per node: its container on its own endpoint from run-state.json (the same container name can
+    exist on every lab node). ``hosts[n].run(cmd)`` returns rc/stdout/stderr like testinfra."""
+    from launchers.endpoints import hosts_from_state
 
-    return {node: testinfra.get_host(f"docker://{name}") for node, name in state["containers"].items()}
+    return hosts_from_state(state)
+
+
+@pytest.fixture(scope="session")
+def docker_clients(state):
+    """Per node: the Docker client of that node's own endpoint."""
+    from launchers.endpoints import ClientPool, LOCAL_ENDPOINT, SshOptions
+
+    pool = ClientPool(SshOptions.from_dict(state.get("ssh")))
+    return {node: pool.get(state.get("endpoints", {}).get(node, LOCAL_ENDPOINT)) for node in state["containers"]}
 
 
 @pytest.fixture(scope="session")
 def http():
     session = requests.Session()
-    session.trust_env = False  # proxies never apply to the deployment's own addresses
+    session.trust_env = False  # the kit host's proxy variables never apply to the deployment's own addresses
     key = os.environ.get("K3LAB_API_KEY")
     if key:
         session.headers["Authorization"] = f"Bearer {key}"

@@ -1,39 +1,59 @@
-"""Containers: every planned container exists, runs, has not restarted, and matches the plan."""
+"""Containers: every planned container exists, runs, has not restarted, and matches the plan.
+
+Each container is read through its own node's Docker endpoint: on a lab every node has a
+container of the same name, so the local engine would answer for the wrong host.
+"""
 from __future__ import annotations
 
 import docker
 
 from conformance.plugin import conformance
+from launchers.endpoints import describe
 
 KIND = "environment"  # default class of a failure here
 
 
-def _container(state, node):
-    return docker.from_env().containers.get(state["containers"][node.name])
+def _where(node, state) -> str:
+    return f"{node.name} ({describe(state.get('endpoints', {}).get(node.name, 'unix://'))})"
+
+
+def _container(state, node, docker_clients):
+    name = state["containers"][node.name]
+    try:
+        return docker_clients[node.name].containers.get(name)
+    except docker.errors.NotFound:
+        raise AssertionError(f"{_where(node, state)}: container {name} does not exist") from None
 
 
 @conformance(area="containers", must="Every planned node container MUST be running and MUST NOT have restarted.")
-def test_container_running(node, state):
-    c = _container(state, node)
-    assert c.status == "running", f"{node.name}: container {c.name} is {c.status}, expected running"
+def test_container_running(node, state, docker_clients):
+    c = _container(state, node, docker_clients)
+    where = _where(node, state)
+    assert c.status == "running", f"{where}: container {c.name} is {c.status}, expected running"
     restarts = c.attrs["RestartCount"]
-    assert restarts == 0, f"{node.name}: container restarted {restarts} time(s); check its logs"
+    assert restarts == 0, f"{where}: container restarted {restarts} time(s); check its logs"
 
 
 @conformance(area="containers", must="Each container MUST have the planned shm size, privileges, network, devices and mounts.")
-def test_container_matches_plan(node, state, plan):
-    c = _container(state, node)
+def test_container_matches_plan(node, state, plan, docker_clients):
+    c = _container(state, node, docker_clients)
+    where = _where(node, state)
     hc = c.attrs["HostConfig"]
     want_shm = {"1g": 1 << 30}.get(node.container.shm_size)
-    assert hc["ShmSize"] == want_shm, f"{node.name}: shm {hc['ShmSize']} bytes, planned {node.container.shm_size}"
+    assert hc["ShmSize"] == want_shm, f"{where}: shm {hc['ShmSize']} bytes, planned {node.container.shm_size}"
     if plan.target == "lab":
-        assert hc["Privileged"] is True, f"{node.name}: not privileged"
-        assert hc["NetworkMode"] == "host", f"{node.name}: network {hc['NetworkMode']}, planned host"
+        assert bool(hc["Privileged"]) == node.container.privileged, \
+            f"{where}: privileged={hc['Privileged']}, planned {node.container.privileged}"
+        assert hc["NetworkMode"] == node.container.network_mode, \
+            f"{where}: network {hc['NetworkMode']}, planned {node.container.network_mode}"
+        devices = {d["PathOnHost"] for d in hc.get("Devices") or []}
+        missing_dev = [d for d in node.container.devices if d not in devices]
+        assert not missing_dev, f"{where}: missing devices {missing_dev}"
         targets = {m["Destination"].rstrip("/") for m in c.attrs["Mounts"]}
         missing = [m.target for m in node.container.mounts if m.target.rstrip("/") not in targets]
-        assert not missing, f"{node.name}: missing mounts {missing}"
+        assert not missing, f"{where}: missing mounts {missing}"
     else:
         nets = c.attrs["NetworkSettings"]["Networks"]
         addr = next(iter(nets.values()))["IPAddress"]
-        assert addr == node.address, f"{node.name}: address {addr}, planned {node.address}"
-    assert c.labels.get("k3lab.node") == node.name
+        assert addr == node.address, f"{where}: address {addr}, planned {node.address}"
+    assert c.labels.get("k3lab.node") == node.name, f"{where}: label k3lab.node={c.labels.get('k3lab.node')}"

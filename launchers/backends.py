@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 import docker
 from docker.types import IPAMConfig, IPAMPool, Mount
 
+from .endpoints import ClientPool, SshOptions
 from .plan import NodePlan, Plan
 
 LABEL = "k3lab.run"
@@ -111,6 +112,18 @@ class Backend:
 
 
 DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
+
+
+def remove_by_label(client: docker.DockerClient, run_id: str) -> list[str]:
+    """Remove this run's containers on one engine; a container without the run label is never touched."""
+    removed = []
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"}):
+        try:
+            c.remove(force=True)
+            removed.append(c.name)
+        except docker.errors.NotFound:
+            pass
+    return removed
 
 
 def sim_engine(plan: Plan) -> docker.DockerClient:
@@ -225,15 +238,25 @@ class LabBackend(Backend):
 
     target = "lab"
 
-    def __init__(self, plan: Plan, run_id: str) -> None:
+    def __init__(self, plan: Plan, run_id: str, ssh: SshOptions | None = None) -> None:
         super().__init__(plan, run_id)
-        self._clients: dict[str, docker.DockerClient] = {}
+        self.ssh = ssh or SshOptions()
+        # ssh:// goes through paramiko, which verifies host keys against known_hosts (never auto-adds)
+        self.pool = ClientPool(self.ssh)
 
     def client(self, node: NodePlan) -> docker.DockerClient:
-        if node.endpoint not in self._clients:
-            # ssh:// goes through paramiko, which verifies host keys against known_hosts (never auto-adds)
-            self._clients[node.endpoint] = docker.DockerClient(base_url=node.endpoint, timeout=120)
-        return self._clients[node.endpoint]
+        return self.pool.get(node.endpoint)
+
+    def remove_run(self) -> list[str]:
+        """Every endpoint of the plan, once each: containers carrying this run's label only."""
+        removed = []
+        seen: set[str] = set()
+        for node in reversed(self.plan.nodes):
+            if node.endpoint in seen:
+                continue
+            seen.add(node.endpoint)
+            removed += remove_by_label(self.client(node), self.run_id)
+        return removed
 
     def container_kwargs(self, node: NodePlan) -> dict:
         c = node.container

@@ -150,6 +150,24 @@ class Sim(_Strict):
         return v
 
 
+class Lab(_Strict):
+    """How the kit reaches lab nodes, and which listed runtime profile they need."""
+
+    known_hosts: str | None = Field(None, description="known_hosts file for ssh:// endpoints (default ~/.ssh/known_hosts); "
+                                    "an unknown host key is refused, never added")
+    identity_file: str | None = Field(None, description="SSH private key for ssh:// endpoints (default: ~/.ssh/config)")
+    profile: Literal["hardware", "emulator"] = Field(
+        "hardware", description="'emulator': the k3lab labemu hosts, whose runtime refuses --privileged and has no "
+        "NPUs; the plan lists exactly what this profile changes (deviations emu-*)")
+
+    @field_validator("known_hosts", "identity_file")
+    @classmethod
+    def _abs(cls, v: str | None, info):
+        if v is not None and (not v.startswith("/") or "\n" in v):
+            raise ValueError(f"{info.field_name} must be an absolute path on one line")
+        return v
+
+
 class Inventory(_Strict):
     scenario: str | None = Field(None, description="scenario this inventory was written for; must match when set")
     image: str | None = Field(None, description="container image; default is the guide's image for the platform")
@@ -160,6 +178,7 @@ class Inventory(_Strict):
     ports: Ports = Ports()
     paths: Paths = Paths()
     sim: Sim = Sim()
+    lab: Lab = Lab()
     nodes: list[Node]
 
     @field_validator("model_path", "draft_model_path")

@@ -24,10 +24,21 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import preflight, render
-from .backends import LABEL, Backend, LabBackend, SimBackend
+from .backends import DEFAULT_ENDPOINT, LABEL, Backend, LabBackend, SimBackend, remove_by_label
+from .endpoints import ClientPool, SshOptions, describe
 from .plan import Gate, Plan, Process
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
+
+
+def http_session() -> requests.Session:
+    """Gates and evidence talk only to deployment addresses: the kit host's proxy variables never apply."""
+    session = requests.Session()
+    session.trust_env = False
+    return session
+
+
+HTTP = http_session()
 SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
 
 
@@ -57,7 +68,8 @@ class Run:
                 "plan": str(self.dir / "plan.json"), "run_dir": str(self.dir),
                 "containers": {n: c.name for n, c in self.backend.containers.items()},
                 "network": getattr(self.backend, "network_name", None),
-                "endpoints": {n.name: n.endpoint for n in self.plan.nodes}, "timings": self.timings}
+                "endpoints": {n.name: n.endpoint for n in self.plan.nodes},
+                "ssh": getattr(self.backend, "ssh", SshOptions()).as_dict(), "timings": self.timings}
 
     def save(self, status: str) -> None:
         (self.dir / "run-state.json").write_text(json.dumps(self.state(status), indent=2))
@@ -114,13 +126,13 @@ def gate_ok(run: Run, gate: Gate) -> bool:
             headers = {}
             if os.environ.get("K3LAB_API_KEY") and "/v1/" in gate.target:
                 headers["Authorization"] = f"Bearer {os.environ['K3LAB_API_KEY']}"
-            return requests.get(gate.target, timeout=2, headers=headers).status_code == 200
+            return HTTP.get(gate.target, timeout=2, headers=headers).status_code == 200
         if gate.kind == "log":
             proc = next(p for p in run.plan.processes() if p.id == gate.process)
             code, _ = run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10)
             return code == 0
         if gate.kind == "metaservice_capacity":
-            text = requests.get(gate.target, timeout=2).text
+            text = HTTP.get(gate.target, timeout=2).text
             total = 0.0
             for fam in text_string_to_metric_families(text):
                 for s in fam.samples:
@@ -198,7 +210,7 @@ class Progress:
 def _backend(plan: Plan, run_id: str, inv, sim_faults: dict | None = None) -> Backend:
     if plan.target == "sim":
         return SimBackend(plan, run_id, inv.sim.subnet, inv.sim.device_subnet, faults=sim_faults)
-    return LabBackend(plan, run_id)
+    return LabBackend(plan, run_id, SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
 
 
 def _refuse_collision(plan: Plan) -> None:
@@ -327,7 +339,7 @@ def collect(run: Run) -> None:
             (ndir / "collect-error.txt").write_text(repr(exc))
     for api in run.plan.expect.apis:
         try:
-            text = requests.get(f"{api.url}/metrics", timeout=2).text
+            text = HTTP.get(f"{api.url}/metrics", timeout=2).text
             (evidence / f"metrics-{api.node}-{api.url.rsplit(':', 1)[1]}.prom").write_text(text)
         except requests.RequestException:
             pass
@@ -411,27 +423,38 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     return code
 
 
+def _run_endpoints(run: str) -> tuple[list[str], SshOptions]:
+    """The endpoints a run used (its run-state.json), else the local engine."""
+    path = RUNS / run / "run-state.json"
+    if path.is_file():
+        state = json.loads(path.read_text())
+        eps = list(dict.fromkeys(state.get("endpoints", {}).values())) or [DEFAULT_ENDPOINT]
+        return eps, SshOptions.from_dict(state.get("ssh"))
+    return [DEFAULT_ENDPOINT], SshOptions()
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     if args.all or not args.run:
         return down_all()
-    import docker
-
-    client = docker.from_env()
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL}={args.run}"}):
-        c.remove(force=True)
-    for net in client.networks.list(filters={"label": f"{LABEL}={args.run}"}):
-        net.remove()
-    _log(f"run {args.run}: removed")
+    endpoints, ssh = _run_endpoints(args.run)
+    pool = ClientPool(ssh)
+    removed = 0
+    for ep in endpoints:
+        client = pool.get(ep)
+        removed += len(remove_by_label(client, args.run))
+        for net in client.networks.list(filters={"label": f"{LABEL}={args.run}"}):
+            net.remove()
+    _log(f"run {args.run}: removed {removed} container(s) on {len(endpoints)} endpoint(s)")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import docker
-
-    client = docker.from_env()
+    endpoints, ssh = _run_endpoints(args.run) if args.run else ([DEFAULT_ENDPOINT], SshOptions())
+    pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
-    for c in client.containers.list(all=True, filters=flt):
-        print(f"{c.labels.get(LABEL)}  {c.labels.get('k3lab.node', '?'):8} {c.status:10} {c.name}")
+    for ep in endpoints:
+        for c in pool.get(ep).containers.list(all=True, filters=flt):
+            print(f"{c.labels.get(LABEL)}  {c.labels.get('k3lab.node', '?'):8} {c.status:10} {c.name:24} {describe(ep)}")
     return 0
 
 

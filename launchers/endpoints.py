@@ -1,0 +1,228 @@
+"""How the kit reaches one node: a Docker client for that node's own endpoint, and a host object.
+
+Modelled on testinfra's split between *how to reach a host* (a backend) and *what to check*
+(modules on the host). Every lab node has its own Docker endpoint (``unix://``, ``tcp://`` or
+``ssh://``) and the guides give the container the same name on every node, so a host is always
+the pair (endpoint, container name), never a container name alone on the local engine.
+
+* :func:`docker_client` builds a client for an endpoint. ``ssh://`` goes through paramiko with
+  host keys checked against a known_hosts file (the kit's, when the inventory names one, else
+  ``~/.ssh/known_hosts``) and an unknown key refused, never added. Proxy variables of the kit
+  host never apply (``trust_env`` off): a ``tcp://`` endpoint is a deployment address.
+* :class:`NodeHost` runs commands in the node's container through that client (``docker exec``)
+  and answers like testinfra: ``run`` returns a :class:`CommandResult` (``rc``, ``stdout``,
+  ``stderr``), ``check_output`` fails naming the host, ``file(path)`` reads a file.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import docker
+import paramiko
+from docker.transport import SSHHTTPAdapter
+
+LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
+API_VERSION = "1.41"  # Docker 20.10+, the oldest engine the kit supports; avoids a version probe
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """SSH settings the kit uses for ssh:// endpoints (from the inventory's ``lab`` section)."""
+
+    known_hosts: str | None = None
+    identity_file: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> "SshOptions":
+        raw = raw or {}
+        return cls(known_hosts=raw.get("known_hosts"), identity_file=raw.get("identity_file"))
+
+    def as_dict(self) -> dict:
+        return {"known_hosts": self.known_hosts, "identity_file": self.identity_file}
+
+
+class _KitSSHAdapter(SSHHTTPAdapter):
+    """docker-py's paramiko adapter with the kit's known_hosts and key instead of ~/.ssh."""
+
+    def __init__(self, base_url: str, ssh: SshOptions, **kwargs) -> None:
+        self._kit_ssh = ssh
+        super().__init__(base_url, **kwargs)
+
+    def _create_paramiko_client(self, base_url):
+        super()._create_paramiko_client(base_url)
+        if self._kit_ssh.known_hosts:
+            # only the kit's file: a key the operator's ~/.ssh/known_hosts holds does not count
+            self.ssh_client._system_host_keys = paramiko.HostKeys()
+            self.ssh_client.load_host_keys(self._kit_ssh.known_hosts)
+        if self._kit_ssh.identity_file:
+            self.ssh_params["key_filename"] = self._kit_ssh.identity_file
+            self.ssh_params["look_for_keys"] = False
+            self.ssh_params["allow_agent"] = False
+        self.ssh_client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
+def docker_client(endpoint: str, ssh: SshOptions | None = None, timeout: int = 120) -> docker.DockerClient:
+    """A Docker client for one node's endpoint; nothing is read from DOCKER_HOST or proxies."""
+    ssh = ssh or SshOptions()
+    if endpoint.startswith("ssh://") and (ssh.known_hosts or ssh.identity_file):
+        api = docker.APIClient(base_url="tcp://127.0.0.1:9", version=API_VERSION, timeout=timeout)
+        adapter = _KitSSHAdapter(endpoint, ssh, timeout=timeout, max_pool_size=32)
+        api._custom_adapter = adapter
+        api.mount("http+docker://ssh", adapter)
+        api._unmount("http://", "https://")
+        api.base_url = "http+docker://ssh"
+        client = docker.DockerClient.__new__(docker.DockerClient)
+        client.api = api
+    else:
+        client = docker.DockerClient(base_url=endpoint, version=API_VERSION, timeout=timeout, max_pool_size=32)
+    client.api.trust_env = False  # the kit host's HTTP(S)_PROXY never applies to a deployment address
+    return client
+
+
+def describe(endpoint: str) -> str:
+    """Short host name for messages: the endpoint's host, or 'local engine'."""
+    if endpoint.startswith("unix://"):
+        return "local engine"
+    return urlparse(endpoint).hostname or endpoint
+
+
+class ClientPool:
+    """One client per endpoint, shared by threads (docker-py clients are thread-safe)."""
+
+    def __init__(self, ssh: SshOptions | None = None) -> None:
+        self.ssh = ssh or SshOptions()
+        self._clients: dict[str, docker.DockerClient] = {}
+        self._lock = threading.Lock()
+
+    def get(self, endpoint: str) -> docker.DockerClient:
+        with self._lock:
+            if endpoint not in self._clients:
+                self._clients[endpoint] = docker_client(endpoint, self.ssh)
+            return self._clients[endpoint]
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            try:
+                c.close()
+            except Exception:
+                pass
+        self._clients.clear()
+
+
+# ------------------------------------------------------------------------------- host access
+
+
+@dataclass
+class CommandResult:
+    """testinfra's CommandResult, the parts checks use."""
+
+    command: str
+    rc: int
+    stdout: str
+    stderr: str = ""
+    host: str = ""
+
+    @property
+    def exit_status(self) -> int:
+        return self.rc
+
+    @property
+    def succeeded(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def failed(self) -> bool:
+        return self.rc != 0
+
+
+@dataclass
+class FileState:
+    path: str
+    exists: bool
+    content_string: str = ""
+
+
+@dataclass
+class NodeHost:
+    """One node as checks see it: its container on its own endpoint.
+
+    ``round_trips`` counts docker exec calls (each one an SSH channel on an ssh:// endpoint); when
+    ``K3LAB_ROUND_TRIPS`` names a directory, each host appends its count there for ``nox -s bench``.
+    """
+
+    node: str
+    endpoint: str
+    container: str
+    pool: ClientPool
+    timeout: int = 120
+    round_trips: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.node} ({describe(self.endpoint)})"
+
+    def _container(self):
+        return self.pool.get(self.endpoint).containers.get(self.container)
+
+    def exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None) -> CommandResult:
+        with self._lock:
+            self.round_trips += 1
+        _record_round_trip(self.node)
+        try:
+            res = self._container().exec_run(["timeout", str(self.timeout), *argv], environment=env or None,
+                                             workdir=workdir, demux=True)
+        except docker.errors.NotFound:
+            raise AssertionError(f"{self.name}: container {self.container} does not exist on {self.endpoint}") from None
+        except docker.errors.APIError as exc:
+            raise AssertionError(f"{self.name}: docker exec in {self.container} failed: {exc.explanation or exc}") from None
+        out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
+        return CommandResult(command=" ".join(argv), rc=res.exit_code if res.exit_code is not None else -1,
+                             stdout=(out or b"").decode(errors="replace"), stderr=(err or b"").decode(errors="replace"),
+                             host=self.name)
+
+    def run(self, command: str, *args: str) -> CommandResult:
+        """Run a shell command in the container (testinfra: ``/bin/sh -c``)."""
+        if args:
+            import shlex
+
+            command = command % tuple(shlex.quote(a) for a in args)
+        res = self.exec(["/bin/sh", "-c", command])
+        res.command = command
+        return res
+
+    def check_output(self, command: str, *args: str) -> str:
+        res = self.run(command, *args)
+        if res.rc != 0:
+            raise AssertionError(f"{self.name}: '{res.command}' exited {res.rc}: {(res.stderr or res.stdout).strip()[-500:]}")
+        return res.stdout.rstrip("\r\n")
+
+    def file(self, path: str) -> FileState:
+        res = self.exec(["cat", path])
+        if res.rc != 0:
+            return FileState(path, False)
+        return FileState(path, True, res.stdout)
+
+
+def hosts_from_state(state: dict, pool: ClientPool | None = None) -> dict[str, NodeHost]:
+    """Hosts of a run from its run-state.json: per node its endpoint and container name."""
+    pool = pool or ClientPool(SshOptions.from_dict(state.get("ssh")))
+    endpoints = state.get("endpoints", {})
+    return {node: NodeHost(node, endpoints.get(node, LOCAL_ENDPOINT), name, pool)
+            for node, name in state["containers"].items()}
+
+
+def _record_round_trip(node: str) -> None:
+    outdir = os.environ.get("K3LAB_ROUND_TRIPS")
+    if not outdir:
+        return
+    path = Path(outdir) / f"{node}.{os.getpid()}"
+    try:
+        with open(path, "a") as f:
+            f.write("1")
+    except OSError:
+        pass
