@@ -158,9 +158,9 @@ class SimBackend(Backend):
         return self.engine
 
     def prepare(self) -> None:
-        from .sim import image
+        from .sim import image, vllm_ascend
 
-        self.image = image.ensure(self.engine)
+        self.image = image.ensure(self.engine, vllm_ascend.version_for(self.plan.seed))
         self.host_mounts = image.host_mounts()
         net = ipaddress.ip_network(self.subnet)
         gateway = str(list(net.hosts())[0])

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RuntimeError as exc:  # a readiness gate failed: the message names node, process and log tail
         print(f"k3lab: {exc}", file=sys.stderr)
-        return 1
+        return getattr(exc, "exit_code", 1)  # a failed registry download is an environment error (3)
 
 
 if __name__ == "__main__":

@@ -84,4 +84,17 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
         add("sim-cache", "target", "/root/.cache is staged from fixtures/ (small checkpoints) instead of a host mount",
             "the sim has no model weights; files are copied through the Docker API")
         add("sim-net-admin", "target", "adds --cap-add NET_ADMIN", "to give simulated NPU devices their own addresses")
+        if sc.pd:
+            from .sim import vllm_ascend
+
+            version = vllm_ascend.version_for(sc.seed)
+            if version == vllm_ascend.K3:
+                add("sim-vllm-ascend", "target", f"the proxy and launch_online_dp.py are the real ones of vllm-ascend "
+                    f"{version} (from the package registry), the fix release of the guide's 0.23.0",
+                    "the sim has no vllm-ascend image; the registry's sdist carries the released example programs")
+            else:
+                add("sim-vllm-ascend", "target", f"the proxy and launch_online_dp.py are the real ones of vllm-ascend "
+                    f"{version}, older than the guide's 0.30.0",
+                    f"0.30.0 is not on the package registry; {version} is the newest release there (its proxy has "
+                    "/v1/models, which the kit's gates and checks do not use)")
     return out

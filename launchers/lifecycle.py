@@ -131,6 +131,10 @@ def gate_ok(run: Run, gate: Gate) -> bool:
             proc = next(p for p in run.plan.processes() if p.id == gate.process)
             code, _ = run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10)
             return code == 0
+        if gate.kind == "proxy_instances":
+            body = requests.get(gate.target, timeout=2).json()
+            return body.get("status") == "ok" and all(body.get(f"{role}_instances") == n
+                                                      for role, n in (gate.instances or {}).items())
         if gate.kind == "metaservice_capacity":
             text = HTTP.get(gate.target, timeout=2).text
             total = 0.0
@@ -174,7 +178,9 @@ def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) ->
 def _describe(g: Gate) -> str:
     return {"tcp": f"{g.target} to accept connections", "http": f"{g.target} to answer 200",
             "log": f"'{g.target}' in the log of {g.process}",
-            "metaservice_capacity": f"{g.target} to report {g.expect} bytes of DRAM"}[g.kind]
+            "metaservice_capacity": f"{g.target} to report {g.expect} bytes of DRAM",
+            "proxy_instances": f"{g.target} to answer status ok with " +
+                               ", ".join(f"{n} {role} instance(s)" for role, n in (g.instances or {}).items())}[g.kind]
 
 
 class Progress:

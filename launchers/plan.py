@@ -94,11 +94,13 @@ class NodePlan(_Model):
 
 
 class Gate(_Model):
-    kind: Literal["tcp", "http", "log", "metaservice_capacity"]
+    kind: Literal["tcp", "http", "log", "metaservice_capacity", "proxy_instances"]
     node: str
     target: str = Field(description="host:port, URL or the log line awaited")
     process: str | None = None
     expect: int | None = None
+    instances: dict[str, int] | None = Field(
+        None, description="proxy_instances: /healthcheck prefill_instances and decode_instances to wait for")
 
 
 class Stage(_Model):
@@ -130,6 +132,8 @@ class Expect(_Model):
     apis: list[ApiEndpoint]
     entrypoint: str = Field(description="where clients send requests: the proxy on PD, node 0 on mixed")
     proxy: str | None = None
+    proxy_instances: dict[str, int] = Field(
+        default_factory=dict, description="role -> engine APIs the PD proxy must count in /healthcheck")
     dp_groups: dict[str, dict[int, str]] = Field(description="group -> DP rank -> node")
     pp_groups: dict[str, dict[int, str]] = Field(default_factory=dict)
     headless: list[str]

@@ -325,6 +325,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
     expect = Expect(
         served_name=sc.served_name, model_path=model, max_model_len=sc.max_model_len,
         apis=apis, entrypoint=proxy_url or apis[0].url, proxy=proxy_url,
+        proxy_instances=_proxy_instances(apis) if proxy_url else {},
         dp_groups={k: dict(sorted(v.items())) for k, v in dp_groups.items()},
         pp_groups={k: dict(sorted(v.items())) for k, v in pp_groups.items()},
         headless=headless, metaservice=meta,
@@ -339,6 +340,11 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         expect=expect, deviations=[Deviation(**d) for d in deviations.for_scenario(sc, opts, target)],
     )
     return rendered
+
+
+def _proxy_instances(apis: list[ApiEndpoint]) -> dict[str, int]:
+    """What the proxy's /healthcheck must count: one instance per Prefill and Decode engine API."""
+    return {"prefill": sum(a.role == "prefill" for a in apis), "decode": sum(a.role == "decode" for a in apis)}
 
 
 def _hccl_ports(env: dict[str, str]) -> list[PortUse]:
@@ -431,10 +437,13 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
                 api_gates.append(Gate(kind="http", node=n.name, target=f"{p.api}/v1/models", process=owner))
     stages.append(Stage(name="workers", processes=[p.id for p in workers], gates=api_gates, timeout_s=long))
     if by_kind["proxy"]:
+        # only what every proxy release has: /healthcheck with its instance counts (/v1/models came after 0.23)
         px = by_kind["proxy"][0]
+        apis = [ApiEndpoint(node=n.name, url=p.api, role=n.role, dp_ranks=[])
+                for n in nodes for p in n.all_processes() if p.kind == "engine" and p.api]
         stages.append(Stage(name="proxy", processes=[px.id], timeout_s=120, gates=[
-            Gate(kind="http", node=px.node, target=f"{px.api}/healthcheck", process=px.id),
-            Gate(kind="http", node=px.node, target=f"{px.api}/v1/models", process=px.id)]))
+            Gate(kind="proxy_instances", node=px.node, target=f"{px.api}/healthcheck", process=px.id,
+                 instances=_proxy_instances(apis))]))
     return stages
 
 

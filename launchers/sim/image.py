@@ -1,6 +1,8 @@
-"""The sim node image, built with no registry: ``docker import`` of a small root filesystem.
+"""The sim node image, built with no image registry: ``docker import`` of a small root filesystem.
 
-The image holds only the stand-ins (``launchers/sim/rootfs``) and mount points. Programs come from
+The image holds the stand-ins (``launchers/sim/rootfs``), mount points, and the real vllm-ascend
+proxy and ``launch_online_dp.py`` of one release under ``/vllm-workspace/vllm-ascend``, fetched
+from the package registry (``launchers.sim.vllm_ascend``; one image per release). Programs come from
 the host, mounted read-only: ``/usr`` subtrees for bash and coreutils, and the kit's own Python
 (``sys.prefix`` and ``sys.base_prefix``) for the stand-ins. ``python``/``python3`` on the node's
 PATH are wrappers around that interpreter with the stand-in packages on ``PYTHONPATH``. The tag
@@ -19,9 +21,12 @@ from pathlib import Path
 import docker
 from docker.types import Mount
 
+from . import vllm_ascend
+
 ROOTFS = Path(__file__).resolve().parent / "rootfs"
 REPO = "k3lab-sim"
 SITE = "/opt/k3lab-sim/site"
+VLLM_ASCEND_DIR = "vllm-workspace/vllm-ascend"  # the images' source tree (inventory vllm_ascend_source_dir)
 HOST_DIRS = ["/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/share/zoneinfo"]
 HOST_FILES = ["/etc/ld.so.cache", "/etc/alternatives"]
 SKELETON_DIRS = ["bin", "etc", "tmp", "root", "root/.cache", "run", "var/log", "var/tmp", "dev", "proc", "sys",
@@ -49,7 +54,9 @@ def _wrapper(python: str) -> bytes:
             f'exec {python} "$@"\n').encode()
 
 
-def _tar() -> tuple[bytes, str]:
+def build_tar(vllm_ascend_version: str = vllm_ascend.K3) -> tuple[bytes, str]:
+    """The image's root filesystem as a tar (for ``docker import`` on any engine) and its tag."""
+    examples = vllm_ascend.examples(vllm_ascend_version)
     buf = io.BytesIO()
     digest = hashlib.sha256()
     mtime = 0  # reproducible archive
@@ -85,6 +92,15 @@ def _tar() -> tuple[bytes, str]:
                     seen_dirs.add(rel)
             else:
                 add_file(rel, path.read_bytes(), path.stat().st_mode & 0o777)
+        # the real example programs, unchanged, where the vllm-ascend images keep their source tree
+        for rel, data in sorted(examples.items()):
+            parts = f"{VLLM_ASCEND_DIR}/{rel}".split("/")
+            for i in range(1, len(parts)):
+                d = "/".join(parts[:i])
+                if d not in seen_dirs:
+                    add_dir(d)
+                    seen_dirs.add(d)
+            add_file(f"{VLLM_ASCEND_DIR}/{rel}", data, 0o644)
         # bash lives at /usr/bin/bash on merged-/usr hosts; /bin/bash and /bin/sh are what scripts name
         for name in ("bash", "sh"):
             info = tarfile.TarInfo(f"bin/{name}")
@@ -96,10 +112,10 @@ def _tar() -> tuple[bytes, str]:
     return buf.getvalue(), digest.hexdigest()[:12]
 
 
-def ensure(client: docker.DockerClient | None = None) -> str:
-    """Build (or reuse) the image; return its tag."""
+def ensure(client: docker.DockerClient | None = None, vllm_ascend_version: str = vllm_ascend.K3) -> str:
+    """Build (or reuse) the image on ``client``'s engine; return its tag (``k3lab-sim:<hash>``)."""
     client = client or docker.from_env()
-    data, tag = _tar()
+    data, tag = build_tar(vllm_ascend_version)
     ref = f"{REPO}:{tag}"
     try:
         client.images.get(ref)
