@@ -94,3 +94,14 @@ def entrypoint(plan) -> str:
     return plan.expect.entrypoint
 
 
+
+
+@pytest.fixture
+def cold_cache(http, plan):
+    """``cold_cache()`` resets every prefix cache (through the proxy on PD); False with the reason
+    when the engines refuse (no VLLM_SERVER_DEV_MODE=1): use a never-seen prompt then."""
+    from conformance.cache import reset_prefix_cache
+
+    def reset(external: bool = False) -> tuple[bool, str]:
+        return reset_prefix_cache(http, plan, external)
+    return reset

@@ -255,6 +255,13 @@ LIVE = [
           running=[("p2", ["bash", "-c", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &"])]),
     Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m", S(_PD_REQUESTS),
           running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])]),
+    # The proxy's /healthcheck still counts 4 Decode instances (it never probes them); test_proxy_answers
+    # sees them counted but silent. The Decode DP group goes down with its rank, as vLLM's does.
+    Fault("L-DECODE-STOPPED", "a Decode engine stops (the proxy keeps counting and routing to it)", "a3_pd_1m",
+          S({"test_proxy_answers", "test_engine_ranks_claimed_once", *_PD_REQUESTS,
+             *{f"test_{t}[d{i}:8000]" for t in ("health", "models_lists_served_name_and_limit", "max_model_len_enforced")
+               for i in range(4)}, *{f"test_planned_ports_listen[d{i}]" for i in range(4)}}),
+          running=[("d3", ["k3sim-fault", "set", "engine.crash_after_s", "0"])]),
     Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
           S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
           running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
