@@ -80,6 +80,15 @@ def faults(session: nox.Session) -> None:
 
 
 @nox.session
+def contracts(session: nox.Session) -> None:
+    """The stand-ins against the real components (MemCache 1.3.0, vLLM 0.33 wheel, vllm-ascend launcher);
+    downloads are cached in ~/.cache/k3lab."""
+    install(session)
+    session.install("regex")  # the vLLM kimi_k3 parsers' own regex engine
+    session.run("pytest", "contracts", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "launchers", "conformance", "tests", "noxfile.py", "conftest.py")
+    session.run("ruff", "check", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")

@@ -81,8 +81,16 @@ def meta(tmp_path, procs):
     p = ports()
     write_node(tmp_path, platform="A3")
     proc = procs(META, env(tmp_path, MMC_META_CONFIG_PATH=str(meta_conf(tmp_path, p))))
-    proc.wait_output("Meta Service launched successfully")
+    launched(tmp_path, proc)
     return SimpleNamespace(proc=proc, ports=p, tmp=tmp_path)
+
+
+def launched(tmp_path, proc):
+    """Like the real service, the stand-in says so only in its audit log."""
+    audit = tmp_path / "mmc-logs/logs/mmc-meta-audit.log"
+    wait_until(lambda: (audit.exists() and "Meta Service launched successfully" in audit.read_text())
+               or proc.popen.poll() is not None)
+    assert proc.popen.poll() is None, f"MetaService exited:\n{proc.out}\n{proc.err}"
 
 
 def client(meta, conf, body="    pass", device=0, init_bm=True, **extra_env):
@@ -104,9 +112,14 @@ def provider(meta, procs, conf, device=0, **extra_env):
 # --- MetaService ------------------------------------------------------------------------------
 
 def test_metaservice_starts_and_serves_health_and_empty_metrics(meta):
-    assert re.search(r"Meta service log level 1, log path: .*/mmc-logs/logs/mmc-meta.log", meta.proc.out)
-    assert f"Starting HTTP server on 127.0.0.1:{meta.ports.http}" in meta.proc.out
-    assert f"HTTP server started on 127.0.0.1:{meta.ports.http}" in meta.proc.out
+    assert re.search(r"Meta service log level 1, log path: .*/mmc-logs/logs/mmc-meta.log, .*log output target: 1",
+                     meta.proc.out)
+    assert re.search(r"^\S+ \S+ INFO \[\d+-\d+\]\[MMC mmc_configuration.cpp:159 LoadFromFile\] Loaded \d+ config items:$",
+                     meta.proc.out, re.M)
+    log = (meta.tmp / "mmc-logs/logs/mmc-meta.log").read_text()
+    assert f"trace [MMC mmc_meta_service_process.cpp:676 StartHttpServer] Starting HTTP server on 127.0.0.1:{meta.ports.http}" in log
+    assert f"HTTP server started on 127.0.0.1:{meta.ports.http}" in log
+    assert "HTTP server" not in meta.proc.out  # after the logger starts, only the files get lines
     assert "Meta Service launched successfully" in (meta.tmp / "mmc-logs/logs/mmc-meta-audit.log").read_text()
     kind, body = http_get(meta.ports.http, "/health")
     assert kind.startswith("application/json")
@@ -126,8 +139,9 @@ def test_metaservice_starts_and_serves_health_and_empty_metrics(meta):
 def test_stops_on_sigterm_and_sigint(meta, tmp_path, procs):
     assert meta.proc.stop(signal.SIGTERM, timeout=3) == 0
     assert "Received exit signal[15]" in meta.proc.out
+    (tmp_path / "mmc-logs/logs/mmc-meta-audit.log").write_text("")
     proc = procs(META, env(tmp_path, MMC_META_CONFIG_PATH=str(meta_conf(tmp_path, ports()))))
-    proc.wait_output("Meta Service launched successfully")
+    launched(tmp_path, proc)
     assert proc.stop(signal.SIGINT, timeout=3) == 0 and "Received exit signal[2]" in proc.out
 
 

@@ -128,6 +128,8 @@ def load(path: str | os.PathLike | None, schema: dict[str, Item]) -> dict[str, A
         key, value = key.strip(), value.strip()
         if not sep or key not in schema:
             raise ConfigError("load", [f"Invalid key <{key}>."])
+        if key in seen:
+            raise ConfigError("load", [f"Key <{key}> in configuration file is repeated."])
         values[key] = convert(key, schema[key], value)
         seen.add(key)
     missing = [key for key, item in schema.items() if item.required and key not in seen]

@@ -41,8 +41,8 @@ def prometheus(pool: Pool) -> str:
         for suffix, words in outcomes:
             family(f"memcache_{op}_{suffix}_total", f"Total number of {title} {words}", "counter",
                    [("", counts[f"{op}_{suffix}"])])
-    family("memcache_evict_operations_total", "Total number of evict operations", "counter", [("", counts["evict"])])
-    family("memcache_stored_keys", "Total number of stored keys", "gauge", [("", keys)])
+    family("memcache_evict_operations_total", "Total number of eviction operations", "counter", [("", counts["evict"])])
+    family("memcache_stored_keys", "Current number of stored keys", "gauge", [("", keys)])
     family("memcache_segment_capacity_bytes", "Segment total capacity in bytes", "gauge",
            [(f'{{segment="{s.name}"}}', s.capacity) for s in segments])
     family("memcache_segment_allocated_bytes", "Segment allocated bytes", "gauge",

@@ -1,9 +1,14 @@
-"""MemCache's log line format, e.g.
-``2025-11-27 15:35:48.075697 info 528 [MMC mmc_bm_proxy.cpp:72] init bm success, ...``.
+"""MemCache's log line formats.
+
+Clients: ``2025-11-27 15:35:48.075697 info 528 [MMC mmc_bm_proxy.cpp:72] init bm success, ...``.
+The 1.3.0 MetaService (run here, see contracts/): before its logger starts it writes console
+lines ``<time> INFO [<pid>-<tid>][MMC mmc_configuration.cpp:159 LoadFromFile] Loaded 5 config items:``
+to stdout; afterwards only ``<time> <tid> <level> [<tag>] <message>`` lines to its log files.
 """
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 import threading
 from pathlib import Path
@@ -12,6 +17,32 @@ from pathlib import Path
 def line(level: str, tag: str, message: str) -> str:
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
     return f"{now} {level} {threading.get_native_id()} [{tag}] {message}"
+
+
+def console(level: str, tag: str, message: str) -> None:
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+    print(f"{now} {level.upper()} [{os.getpid()}-{threading.get_native_id()}][{tag}] {message}", flush=True)
+
+
+class FileLog:
+    """The MetaService's spdlog file sink: ``<time> <tid> <level> [<tag>] <message>``, nothing on stdout."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        self.file = path
+        self.lock = threading.Lock()
+
+    def write(self, level: str, tag: str, message: str) -> None:
+        now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+        with self.lock, self.file.open("a") as out:
+            out.write(f"{now} {threading.get_native_id()} {level} [{tag}] {message}\n")
+
+    def info(self, tag: str, message: str) -> None:
+        self.write("info", tag, message)
+
+    def error(self, tag: str, message: str) -> None:
+        self.write("error", tag, message)
 
 
 class Log:

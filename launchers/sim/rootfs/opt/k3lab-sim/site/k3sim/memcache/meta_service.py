@@ -18,12 +18,14 @@ from typing import Any
 
 from k3sim import hw
 from k3sim.memcache import codes, config, http_api, wire
-from k3sim.memcache.log import Log, stderr
+from k3sim.memcache.log import FileLog, console, stderr
 from k3sim.memcache.pool import Pool
 
 # The real single-instance lock; tests running in parallel give each MetaService its own.
 LOCK_FILE = os.environ.get("K3SIM_MMC_LOCK_FILE", "/tmp/mmc_meta_service.lock")
 TAG = "MMC mmc_meta_service_process.cpp"
+LOADED_TAG = "MMC mmc_configuration.cpp:159 LoadFromFile"
+ITEM_TAG = "MMC mmc_configuration.cpp:167 LoadFromFile"
 LOG_LEVELS = {"debug": 0, "info": 1, "warn": 2, "error": 3}
 FAULT_POLL_S = 0.5
 SHUTDOWN_POLL_S = 0.1  # how soon a stopping server notices; also bounds the stop time
@@ -135,25 +137,43 @@ def load_config() -> dict[str, Any] | None:
         stderr("Invalid tls config.")
         stderr("Error, invalid config.")
         return None
+    values["_items"] = file_items(path) if path else []
     return values
 
 
-def init_logs(values: dict[str, Any], log: Log, audit: Log) -> bool:
+def file_items(path: str) -> list[tuple[str, str]]:
+    """The file's ``key = value`` entries in order, as the real service lists them."""
+    items = []
+    for raw in Path(path).read_text().splitlines():
+        entry = raw.strip()
+        if entry and not entry.startswith("#") and "=" in entry:
+            key, _, value = entry.partition("=")
+            items.append((key.strip(), value.strip()))
+    return items
+
+
+def log_loaded(items: list[tuple[str, str]], write) -> None:
+    write("info", LOADED_TAG, f"Loaded {len(items)} config items:")
+    for key, value in items:
+        write("info", ITEM_TAG, f"  {key} = {value}")
+
+
+def init_logs(values: dict[str, Any]) -> tuple[FileLog, FileLog] | None:
     logs = Path(values["ock.mmc.log_path"]).absolute() / "logs"
     print(f"Meta service log level {LOG_LEVELS[values['ock.mmc.log_level'].lower()]}, "
           f"log path: {logs / 'mmc-meta.log'}, audit log path: {logs / 'mmc-meta-audit.log'}, "
           f"log rotation file size: {values['ock.mmc.log_rotation_file_size'] * 1024 * 1024}, "
-          f"log rotation file count: {values['ock.mmc.log_rotation_file_count']}", flush=True)
+          f"log rotation file count: {values['ock.mmc.log_rotation_file_count']}, log output target: 1", flush=True)
     try:
-        log.to_file(logs / "mmc-meta.log")
-        audit.to_file(logs / "mmc-meta-audit.log")
+        log, audit = FileLog(logs / "mmc-meta.log"), FileLog(logs / "mmc-meta-audit.log")
     except OSError as exc:
         stderr(f"Failed to init spdlog, error: {exc}")
-        return False
-    return True
+        return None
+    log_loaded(values["_items"], log.write)  # the service loads its configuration a second time
+    return log, audit
 
 
-def start_meta_service(values: dict[str, Any], pool: Pool, log: Log) -> list[Server] | None:
+def start_meta_service(values: dict[str, Any], pool: Pool, log: FileLog) -> list[Server] | None:
     servers: list[Server] = []
     for key, handler in (("ock.mmc.meta_service_url", meta_handler(pool)),
                          ("ock.mmc.meta_service.config_store_url", config_store_handler(pool))):
@@ -169,7 +189,7 @@ def start_meta_service(values: dict[str, Any], pool: Pool, log: Log) -> list[Ser
     return servers
 
 
-def start_http(values: dict[str, Any], pool: Pool, log: Log) -> Server | None:
+def start_http(values: dict[str, Any], pool: Pool, log: FileLog) -> Server | None:
     url = values["ock.mmc.meta_service.metrics_url"]
     try:
         host, port = config.parse_url(url, "http")
@@ -177,14 +197,14 @@ def start_http(values: dict[str, Any], pool: Pool, log: Log) -> Server | None:
         log.error(TAG, f"Invalid http URL, {exc}")
         log.error(TAG, f"Extract ip and port from http URL: {url} failed")
         return None
-    log.info(TAG, f"Starting HTTP server on {host}:{port}")
+    log.write("trace", f"{TAG}:676 StartHttpServer", f"Starting HTTP server on {host}:{port}")
     try:
         server = http_api.serve(pool, host, port)
     except OSError as exc:
         log.error("MMC mmc_http_server.cpp", f"Failed to start HTTP server: {exc}")
         return None
     threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True).start()
-    log.info("MMC mmc_http_server.cpp", f"HTTP server started on {host}:{port}")
+    log.write("trace", "MMC mmc_http_server.cpp:631 Start", f"HTTP server started on {host}:{port}")
     return server
 
 
@@ -214,10 +234,13 @@ def run() -> int:
     received: list[int] = []
     previous = register_signals(received)
     try:
-        log, audit = Log(), Log()
-        if not init_logs(values, log, audit):
+        if values["_items"]:
+            log_loaded(values["_items"], console)
+        logs = init_logs(values)
+        if logs is None:
             stderr("Error, failed to init logger.")
             return -1
+        log, audit = logs
         if values["ock.mmc.meta.ha.enable"]:
             stderr("Error, failed to start meta service leader election.")  # needs the K8s lease API
             return -1
@@ -231,11 +254,11 @@ def run() -> int:
             stderr("Error, failed to start the HTTP Service.")
             stop(servers)
             return -1
-        audit.info("MMC audit", "Meta Service launched successfully")
+        audit.write("warning", f"{TAG}:132 MainForPython", "Meta Service launched successfully")
         wait(received)
         print(f"Received exit signal[{received[0]}]", flush=True)
         stop(servers + [http])
-        audit.info("MMC audit", "Meta Service stopped")
+        audit.write("warning", f"{TAG}:147 MainForPython", "Meta Service stopped")
         return 0
     finally:
         for signo, handler in previous.items():
