@@ -222,7 +222,7 @@ def test_config_listing_matches(served):
 
 def test_log_setup_line_matches(served):
     def line(run: Run, name: str) -> str:
-        text = next(l for l in run.stdout.splitlines() if l.startswith("Meta service log level"))
+        text = next(s for s in run.stdout.splitlines() if s.startswith("Meta service log level"))
         return text.replace(f"{name}-logs", "X")
     assert line(served["standin"], "standin") == line(served["real"], "real")
 
