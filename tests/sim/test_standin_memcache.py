@@ -38,13 +38,13 @@ def env(tmp_path, **extra):
 
 def meta_conf(tmp_path, ports, *extra_lines):
     path = tmp_path / "mmc-meta.conf"
-    path.write_text("\n".join([
-        f"ock.mmc.meta_service_url = tcp://127.0.0.1:{ports.meta}",
-        f"ock.mmc.meta_service.config_store_url = tcp://127.0.0.1:{ports.store}",
-        f"ock.mmc.meta_service.metrics_url = http://127.0.0.1:{ports.http}",
-        "ock.mmc.log_level = info",
-        f"ock.mmc.log_path = {tmp_path / 'mmc-logs'}",
-        *extra_lines]) + "\n")
+    base = [f"ock.mmc.meta_service_url = tcp://127.0.0.1:{ports.meta}",
+            f"ock.mmc.meta_service.config_store_url = tcp://127.0.0.1:{ports.store}",
+            f"ock.mmc.meta_service.metrics_url = http://127.0.0.1:{ports.http}",
+            "ock.mmc.log_level = info",
+            f"ock.mmc.log_path = {tmp_path / 'mmc-logs'}"]
+    overridden = {line.split(" = ")[0] for line in extra_lines}  # a repeated key is an error of its own
+    path.write_text("\n".join([*(b for b in base if b.split(" = ")[0] not in overridden), *extra_lines]) + "\n")
     return path
 
 
@@ -58,6 +58,7 @@ def local_conf(tmp_path, ports, name="mmc-local.conf", dram="1GB", protocol="dev
              "ock.mmc.local_service.dram.size": dram,
              "ock.mmc.local_service.max.dram.size": "1024GB"}
     path = tmp_path / name
+    skip = {*skip, *(line.split(" = ")[0] for line in extra)}  # a repeated key is an error of its own
     path.write_text("".join(f"{k} = {v}\n" for k, v in lines.items() if k not in skip) + "".join(extra))
     return path
 
