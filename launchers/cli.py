@@ -99,6 +99,9 @@ def parser() -> argparse.ArgumentParser:
         lifecycle = None
     if lifecycle is not None:
         lifecycle.add_commands(sub, _scenario_args)
+        from . import labemu
+
+        labemu.add_commands(sub)
     return ap
 
 

@@ -70,7 +70,8 @@ def docker_client(endpoint: str, ssh: SshOptions | None = None, timeout: int = 1
     ssh = ssh or SshOptions()
     if endpoint.startswith("ssh://") and (ssh.known_hosts or ssh.identity_file):
         api = docker.APIClient(base_url="tcp://127.0.0.1:9", version=API_VERSION, timeout=timeout)
-        adapter = _KitSSHAdapter(endpoint, ssh, timeout=timeout, max_pool_size=32)
+        # parse_host adds the default port 22, as docker-py's own constructor does
+        adapter = _KitSSHAdapter(docker.utils.parse_host(endpoint), ssh, timeout=timeout, max_pool_size=32)
         api._custom_adapter = adapter
         api.mount("http+docker://ssh", adapter)
         api._unmount("http://", "https://")

@@ -528,17 +528,23 @@ def _model(f: Facts):
        "devices and the driver and tool mounts as documented.", "render docker run from the kit, not by hand.")
 def _container(f: Facts):
     n = DEVICES[f.plan.platform]
+    # a lab profile's listed deviations (launchers.profiles) are the only allowed departures
+    waived = {d.id for d in f.plan.deviations if d.id.startswith("emu-")}
     for node in f.plan.nodes:
         c = node.container
-        if c.shm_size != "1g" or not c.privileged or c.network_mode != "host":
+        if c.shm_size != "1g" or (not c.privileged and "emu-privileged" not in waived) or c.network_mode != "host":
             yield f"{node.name}: container shm={c.shm_size} privileged={c.privileged} net={c.network_mode}.", (node.name,)
         missing = [f"/dev/davinci{i}" for i in range(n) if f"/dev/davinci{i}" not in c.devices]
-        if missing or "/dev/davinci_manager" not in c.devices:
+        if (missing or "/dev/davinci_manager" not in c.devices) and "emu-devices" not in waived:
             yield f"{node.name}: container lacks devices {missing or ['/dev/davinci_manager']}.", (node.name,)
         targets = {m.target.rstrip("/") for m in c.mounts}
-        need = {"/usr/local/bin/npu-smi", "/usr/local/dcmi", "/etc/ascend_install.info", "/root/.cache"}
-        if not ({"/usr/local/Ascend/driver"} & targets or "/usr/local/Ascend/driver/tools/hccn_tool" in targets):
-            need.add("/usr/local/Ascend/driver/tools/hccn_tool")
+        need = {"/etc/ascend_install.info", "/root/.cache"}
+        if "emu-driver-mounts" in waived:
+            need.add("/etc/k3lab-sim")
+        else:
+            need |= {"/usr/local/bin/npu-smi", "/usr/local/dcmi"}
+            if not ({"/usr/local/Ascend/driver"} & targets or "/usr/local/Ascend/driver/tools/hccn_tool" in targets):
+                need.add("/usr/local/Ascend/driver/tools/hccn_tool")
         lacking = sorted(need - targets)
         if lacking:
             yield f"{node.name}: container lacks mounts {lacking}.", (node.name,)

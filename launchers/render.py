@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import catalog, deviations, memcache
+from . import catalog, deviations, memcache, profiles
 from .catalog import Scenario
 from .inventory import Inventory, InventoryError, Node
 from .plan import (
@@ -196,6 +196,8 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         artefacts: list[Artefact] = []
         procs: list[Process] = []
         container = _container(sc, inv, node, run_label)
+        if target == "lab":  # the one listed place a lab run may differ from hardware (launchers.profiles)
+            container = profiles.apply(inv.lab.profile, container)
         files["docker_run.sh"] = docker_run_script(container)
         artefacts.append(Artefact(name="docker_run.sh", path="(host)", mode=0o755))
 
@@ -337,7 +339,8 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
     rendered.plan = Plan(
         scenario=sc.id, title=sc.title, seed=sc.seed, section=sc.section, target=target, platform=sc.platform,
         options=opts, inventory=inventory_name, nodes=node_plans, stages=_stages(sc, inv, node_plans, heads, proxy_node),
-        expect=expect, deviations=[Deviation(**d) for d in deviations.for_scenario(sc, opts, target)],
+        expect=expect, deviations=[Deviation(**d) for d in deviations.for_scenario(sc, opts, target)
+                                    + (profiles.deviations(inv.lab.profile) if target == "lab" else [])],
     )
     return rendered
 
