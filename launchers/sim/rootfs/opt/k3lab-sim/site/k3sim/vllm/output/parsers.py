@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from k3sim.vllm.output.xtml import CLOSE, OPEN, SEP
+from k3sim.vllm.output.xtml import CLOSE, OPEN, SEP, unattr
 
 _MARK = re.compile(re.escape(OPEN) + r"|" + re.escape(CLOSE))
 _CALL = re.compile(r'call tool="([^"]*)"(?: index="(\d+)")?')
@@ -52,8 +52,11 @@ def _segments(text: str) -> list[tuple[str, str]]:
     while True:
         m = _MARK.search(text, pos)
         if not m:
-            if pos < len(text):
-                out.append(("text", text[pos:]))
+            rest = text[pos:]
+            held = max((n for marker in (OPEN, CLOSE) for n in range(1, len(marker))
+                        if rest.endswith(marker[:n])), default=0)  # a marker still being generated
+            if rest[:len(rest) - held]:
+                out.append(("text", rest[:len(rest) - held]))
             return out
         if m.start() > pos:
             out.append(("text", text[pos:m.start()]))
@@ -90,10 +93,10 @@ def parse(text: str, *, reasoning_parser: bool, tool_parser: bool, thinking: boo
         if in_tools:
             if kind == "open" and name == "call":
                 m = _CALL.match(value)
-                calls.append(ToolCall(m.group(1) if m else ""))
+                calls.append(ToolCall(unattr(m.group(1)) if m else ""))
             elif kind == "open" and name == "argument":
                 m = _ARG.match(value)
-                current_arg, arg_text = ((m.group(1), m.group(2)) if m else ("", None)), ""
+                current_arg, arg_text = ((unattr(m.group(1)), m.group(2)) if m else ("", None)), ""
             elif kind == "close" and name == "argument" and current_arg and calls:
                 calls[-1].args.append((current_arg[0], _value(arg_text, current_arg[1])))
                 current_arg = None

@@ -30,12 +30,21 @@ def _arg_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
+def attr(value: str) -> str:
+    """Attribute values are escaped by the chat template (``&`` first, then ``"``); bodies stay raw."""
+    return value.replace("&", "&amp;").replace('"', "&quot;")
+
+
+def unattr(value: str) -> str:
+    return value.replace("&quot;", '"').replace("&amp;", "&")
+
+
 def tool_section(name: str, arguments: dict[str, Any], index: int = 1) -> str:
-    parts = [opened("tools"), opened(f'call tool="{name}" index="{index}"')]
+    parts = [opened("tools"), opened(f'call tool="{attr(name)}" index="{index}"')]
     for key, value in arguments.items():
         kind = _arg_type(value)
         text = value if kind == "string" else json.dumps(value, ensure_ascii=False)
-        header = 'argument key="%s" type="%s"' % (key, kind)
+        header = 'argument key="%s" type="%s"' % (attr(key), kind)
         parts.append(f"{opened(header)}{text}{closed('argument')}")
     parts.extend([closed("call"), closed("tools")])
     return "".join(parts)
