@@ -92,3 +92,15 @@ def contracts(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
+
+
+@nox.session(name="lab_a3_pd_1m")
+def lab_a3_pd_1m(session: nox.Session) -> None:
+    """a3_pd_1m on an emulated 8-host lab (k3lab labemu, root): up, lab cycle over ssh:// and tcp://, always down."""
+    install(session)
+    inv = "build/labemu/a3_pd_1m.yaml"
+    try:
+        session.run("k3lab", "labemu", "up", "--scenario", "a3_pd_1m", "--out", inv)
+        session.run("k3lab", "cycle", "a3_pd_1m", "-i", inv, *session.posargs)
+    finally:
+        session.run("k3lab", "labemu", "down")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import ipaddress
 import tarfile
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -255,7 +256,10 @@ class LabBackend(Backend):
             if node.endpoint in seen:
                 continue
             seen.add(node.endpoint)
-            removed += remove_by_label(self.client(node), self.run_id)
+            try:
+                removed += remove_by_label(self.client(node), self.run_id)
+            except Exception as exc:  # one unreachable node must not keep the others up
+                print(f"k3lab: teardown on {node.endpoint} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return removed
 
     def container_kwargs(self, node: NodePlan) -> dict:

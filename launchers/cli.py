@@ -45,7 +45,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     if args.list:
-        for c in preflight.catalogue():
+        from . import labpreflight
+
+        for c in preflight.catalogue() + labpreflight.catalogue():
             print(f"{c['id']:16} {c['severity']:8} {c['must']}\n{'':25} remedy: {c['remedy']}")
         return 0
     if not args.scenario:

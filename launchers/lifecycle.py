@@ -232,7 +232,7 @@ def _refuse_collision(plan: Plan) -> None:
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
-       keep_on_failure: bool = False, sim_faults: dict | None = None) -> Run:
+       keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never") -> Run:
     """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start."""
     from .cli import load_inventory
 
@@ -254,6 +254,8 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     (run_dir / "plan.json").write_text(render.plan_json(plan))
     run = Run(run_id, run_dir, plan, rendered, _backend(plan, run_id, inv, sim_faults), {"render_preflight_s": time.monotonic() - started})
     run.save("starting")
+    if tgt == "lab":
+        _lab_preflight(run, pull)
     _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
@@ -293,6 +295,26 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     finally:
         progress.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _lab_preflight(run: Run, pull: str) -> None:
+    """Ask every node's endpoint before anything starts (launchers.labpreflight); nothing runs on errors."""
+    from . import labpreflight
+
+    t = time.monotonic()
+    findings = labpreflight.run(run.plan, run.backend.pool, run.id, pull)
+    run.timings["lab_preflight_s"] = time.monotonic() - t
+    (run.dir / "lab-preflight.json").write_text(json.dumps([f.__dict__ for f in findings], indent=2))
+    errors = preflight.errors(findings)
+    for f in findings:
+        if f.severity != "error":
+            print(f"WARNING {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+    if errors:
+        for f in errors:
+            print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+        run.save("preflight-failed")
+        raise SystemExit(f"k3lab: lab preflight failed with {len(errors)} error(s); nothing was started")
+    _log(f"lab preflight: {len(run.plan.nodes)} endpoints checked in {run.timings['lab_preflight_s']:.1f}s")
 
 
 def _on_sigterm(signum, frame):
@@ -384,7 +406,7 @@ def down_all() -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from .cli import _kv
 
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target)
+    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull)
     if not args.keep:
         collect(run)
         down(run)
@@ -392,11 +414,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cycle(args: argparse.Namespace) -> int:
-    """up, conformance suite, down; exit status is the suite's."""
-    from .cli import _kv
-
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target)
+def _suite(run: Run, args: argparse.Namespace) -> int:
+    """The conformance suite against a deployment that is up, then evidence and reports."""
     code = 1
     try:
         t = time.monotonic()
@@ -421,10 +440,75 @@ def cmd_cycle(args: argparse.Namespace) -> int:
             _log("reports: " + ", ".join(str(p) for p in reports.values()))
         except Exception as exc:  # a report problem must never block teardown
             _log(f"reports failed: {exc!r}")
+    return code
+
+
+def cmd_cycle(args: argparse.Namespace) -> int:
+    """up, conformance suite, down; exit status is the suite's."""
+    from .cli import _kv
+
+    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull)
+    code = 1
+    try:
+        code = _suite(run, args)
+    finally:
         if not args.keep:
             down(run)
         else:
             run.save("up")
+    _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
+    return code
+
+
+class _AttachedRun(Run):
+    """A deployment started by hand: every planned node's container, found or not, is in the state."""
+
+    def state(self, status: str) -> dict:
+        st = super().state(status)
+        st["containers"] = {n.name: n.container.name for n in self.plan.nodes}
+        st["attached"] = True
+        return st
+
+
+def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
+    """Find a hand-started deployment on the inventory's endpoints: nothing is created or started."""
+    from .cli import load_inventory
+
+    inv, inv_name = load_inventory(scenario, inventory_path)
+    run_id = "attach-" + time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    rendered = render.build(scenario, inv, options, "lab", inventory_name=inv_name)
+    plan = rendered.plan
+    run_dir = RUNS / run_id
+    render.write(rendered, run_dir / "rendered")
+    (run_dir / "plan.json").write_text(render.plan_json(plan))
+    backend = LabBackend(plan, run_id, SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
+    run = _AttachedRun(run_id, run_dir, plan, rendered, backend, {})
+    import docker
+
+    def find(node) -> None:
+        try:
+            backend.containers[node.name] = backend.client(node).containers.get(node.container.name)
+        except docker.errors.NotFound:
+            _log(f"{node.name} ({describe(node.endpoint)}): container {node.container.name} not found")
+        except Exception as exc:
+            _log(f"{node.name} ({describe(node.endpoint)}): endpoint {node.endpoint} failed: {exc}")
+
+    backend.parallel(find, plan.nodes)
+    run.save("attached")
+    _log(f"attached {run_id}: {scenario}, {len(backend.containers)}/{len(plan.nodes)} containers found, "
+         f"run dir {run_dir}")
+    return run
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Attach mode: the conformance suite against a deployment operators started by hand (no up, no down)."""
+    from .cli import _kv
+
+    if not args.inventory:
+        raise SystemExit("k3lab check: give the lab inventory of the running deployment (-i lab.yaml)")
+    run = attach(args.scenario, args.inventory, _kv(args.option))
+    code = _suite(run, args)
+    run.save("attached")
     _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
     return code
 
@@ -493,13 +577,22 @@ def add_commands(sub, scenario_args) -> None:
     scenario_args(p)
     p.add_argument("--target", choices=["sim", "lab"])
     p.add_argument("--keep", action="store_true", help="leave the deployment up")
+    p.add_argument("--pull", choices=["never", "missing", "always"], default="never",
+                   help="lab: image pull policy on each node (default never: the image must be there)")
     p.set_defaults(fn=cmd_up)
     p = sub.add_parser("cycle", help="up, run the conformance suite, down (pytest arguments after --)")
     scenario_args(p)
     p.add_argument("--target", choices=["sim", "lab"])
     p.add_argument("--keep", action="store_true")
     p.add_argument("--conformance-timeout", type=float, default=1800)
+    p.add_argument("--pull", choices=["never", "missing", "always"], default="never",
+                   help="lab: image pull policy on each node (default never: the image must be there)")
     p.set_defaults(fn=cmd_cycle)
+    p = sub.add_parser("check", help="attach: run the conformance suite against a deployment started by hand "
+                       "(no up, no down; pytest arguments after --)")
+    scenario_args(p)
+    p.add_argument("--conformance-timeout", type=float, default=1800)
+    p.set_defaults(fn=cmd_check)
     p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
     p.add_argument("run", nargs="?")
     p.add_argument("--all", action="store_true")
