@@ -26,7 +26,7 @@ def vllm_wheel() -> zipfile.ZipFile:
         if not found:
             print(f"contracts: fetching vllm=={VLLM} (wheel, 336 MB) into {where}", file=sys.stderr)
             _run([str(helper_python()), "-m", "pip", "download", "-q", "--no-deps", f"vllm=={VLLM}", "-d", str(where)],
-                 None, f"pip download vllm=={VLLM}")
+                 None, f"pip download vllm=={VLLM}", where)
             found = sorted(where.glob(f"vllm-{VLLM}-*.whl"))
     if not found:
         raise FetchError(f"pip download vllm=={VLLM} left no wheel in {where}")

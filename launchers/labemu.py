@@ -259,11 +259,14 @@ def _load_image(h: Host, images: list[str]) -> None:
     """The image that carries the stand-ins, tagged with the guides' image names."""
     import docker
 
-    from .sim import image
+    from . import catalog
+    from .sim import image, vllm_ascend
 
     client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=300)
-    ref = image.ensure(client)
+    # each guide's image carries its own vllm-ascend release (proxy, launch_online_dp.py)
+    seeds = {sc.image: sc.seed for sc in catalog.SCENARIOS.values()}
     for name in images:
+        ref = image.ensure(client, vllm_ascend.version_for(seeds.get(name, "")))
         repo, tag = name.rsplit(":", 1)
         client.images.get(ref).tag(repo, tag)
 

@@ -59,7 +59,7 @@ def _locked(name: str):
         yield
 
 
-def _run(cmd: list[str], env: dict[str, str] | None, what: str) -> None:
+def _run(cmd: list[str], env: dict[str, str] | None, what: str, where: Path | None = None) -> None:
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -71,7 +71,7 @@ def _run(cmd: list[str], env: dict[str, str] | None, what: str) -> None:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
         raise FetchError(f"{what} failed (exit {done.returncode}):\n{tail}\n"
                          "remedy: check access to the package index (pip config list, proxy variables) and "
-                         f"retry, or place the file in {cache_dir()} by hand")
+                         f"retry, or download the file elsewhere and put it into {where or cache_dir()}")
 
 
 def helper_python() -> Path:
@@ -102,7 +102,7 @@ def sdist(version: str) -> Path:
         env = {**os.environ, "SOC_VERSION": SOC_VERSION, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         print(f"k3lab: fetching vllm-ascend=={version} (sdist) from the package index into {where}", file=sys.stderr)
         _run([str(python), "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
-              f"vllm-ascend=={version}", "-d", str(where)], env, f"pip download vllm-ascend=={version}")
+              f"vllm-ascend=={version}", "-d", str(where)], env, f"pip download vllm-ascend=={version}", where)
         found = sorted(where.glob("vllm_ascend-*.tar.gz"))
         if not found:
             raise FetchError(f"pip download vllm-ascend=={version} left no sdist in {where}")
