@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .errors import UsageError
+
 Platform = Literal["A3", "A2", "950DT"]
 DEVICES = {"A3": 16, "A2": 8, "950DT": 8}
 
@@ -126,9 +128,28 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
 ]}
 
 
-class UnknownScenario(KeyError):
+# -o KEY=VALUE options: help text, and which scenarios each one changes (preflight warns otherwise)
+OPTIONS = {
+    "draft": "DSpark3 draft checkpoint path (a3_pd, a3_pd_1m: enables DSpark3; others: overrides the path)",
+    "parsers": "on|off: reasoning/tool parser flags where the guide's templates omit them (950DT, K3 8P8D)",
+}
+
+
+def option_applies(key: str, sc: Scenario) -> bool:
+    if key == "draft":
+        return sc.dspark != "never"
+    if key == "parsers":
+        return sc.family in ("k31_a5", "k3_pd")
+    return False
+
+
+class UnknownScenario(UsageError, KeyError):
     def __str__(self) -> str:
-        return f"unknown scenario {self.args[0]!r}; known: {', '.join(SCENARIOS)}"
+        import difflib
+
+        close = difflib.get_close_matches(str(self.args[0]), SCENARIOS, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown scenario {self.args[0]!r}{hint} (known: {', '.join(SCENARIOS)})"
 
 
 def get(scenario_id: str) -> Scenario:

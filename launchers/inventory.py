@@ -14,6 +14,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .errors import InputError
+
 Role = Literal["mixed", "prefill", "decode", "metaservice"]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -22,7 +24,7 @@ _ENDPOINT = re.compile(r"^(unix:///\S+|tcp://[^\s/]+:\d+|ssh://[^\s@/]+@[^\s/:]+
 _IDENT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-class InventoryError(ValueError):
+class InventoryError(InputError, ValueError):
     """Bad inventory: one line per problem, each naming the field."""
 
 

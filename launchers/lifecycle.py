@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import preflight, render
 from .backends import DEFAULT_ENDPOINT, LABEL, Backend, LabBackend, SimBackend, remove_by_label
 from .endpoints import ClientPool, SshOptions, describe
+from .errors import ChecksFailed
 from .plan import Gate, Plan, Process
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
@@ -42,8 +43,8 @@ HTTP = http_session()
 SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
 
 
-class GateFailed(RuntimeError):
-    pass
+class GateFailed(ChecksFailed, RuntimeError):
+    """A readiness gate failed: exit code 1, the message names node, process and log tail."""
 
 
 class Interrupted(BaseException):
@@ -548,55 +549,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_faults(args: argparse.Namespace) -> int:
-    from . import faults
-
-    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.json) if args.json else None)
-    faults.print_table(rows)
-    return 0 if all(r["verdict"] == "ok" for r in rows) else 1
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
     return bench.main(args.out, args.scenario or ["a3_pd_1m", "k3_a3_pd"], not args.no_live)
-
-
-def add_commands(sub, scenario_args) -> None:
-    p = sub.add_parser("faults", help="run the fault matrix and print expected vs observed failing checks")
-    p.add_argument("--id", action="append", help="only these fault ids")
-    p.add_argument("--static-only", action="store_true")
-    p.add_argument("--json", help="write the rows as JSON")
-    p.set_defaults(fn=cmd_faults)
-    p = sub.add_parser("bench", help="benchmarks as JSON")
-    p.add_argument("--out", default="build/bench.json")
-    p.add_argument("--scenario", action="append")
-    p.add_argument("--no-live", action="store_true", help="render and preflight only")
-    p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("up", help="bring a scenario up (sim by default, lab with --inventory)")
-    scenario_args(p)
-    p.add_argument("--target", choices=["sim", "lab"])
-    p.add_argument("--keep", action="store_true", help="leave the deployment up")
-    p.add_argument("--pull", choices=["never", "missing", "always"], default="never",
-                   help="lab: image pull policy on each node (default never: the image must be there)")
-    p.set_defaults(fn=cmd_up)
-    p = sub.add_parser("cycle", help="up, run the conformance suite, down (pytest arguments after --)")
-    scenario_args(p)
-    p.add_argument("--target", choices=["sim", "lab"])
-    p.add_argument("--keep", action="store_true")
-    p.add_argument("--conformance-timeout", type=float, default=1800)
-    p.add_argument("--pull", choices=["never", "missing", "always"], default="never",
-                   help="lab: image pull policy on each node (default never: the image must be there)")
-    p.set_defaults(fn=cmd_cycle)
-    p = sub.add_parser("check", help="attach: run the conformance suite against a deployment started by hand "
-                       "(no up, no down; pytest arguments after --)")
-    scenario_args(p)
-    p.add_argument("--conformance-timeout", type=float, default=1800)
-    p.set_defaults(fn=cmd_check)
-    p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
-    p.add_argument("run", nargs="?")
-    p.add_argument("--all", action="store_true")
-    p.set_defaults(fn=cmd_down)
-    p = sub.add_parser("status", help="containers of a run (or of all runs)")
-    p.add_argument("run", nargs="?")
-    p.set_defaults(fn=cmd_status)

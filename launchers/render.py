@@ -7,12 +7,16 @@ text of every artefact per node. ``write(rendered, out_dir)`` lays them out as
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import catalog, deviations, memcache, profiles
-from .catalog import Scenario
+from .catalog import OPTIONS, Scenario
+from .errors import InputError
 from .inventory import Inventory, InventoryError, Node
 from .plan import (
     ApiEndpoint,
@@ -33,17 +37,13 @@ from .preflight import flag as _flag
 from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export, runtime_env_effect
 from .shell import Line, Raw, Script, Source, Unset, w, words
 
-OPTIONS = {
-    "draft": "DSpark3 draft checkpoint path (a3_pd, a3_pd_1m: enables DSpark3; others: overrides the path)",
-    "parsers": "on|off: reasoning/tool parser flags where the guide's templates omit them (950DT, K3 8P8D)",
-}
 LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
 GIB = 1024 ** 3
 
 
-class RenderError(ValueError):
-    pass
+class RenderError(InputError, ValueError):
+    """The scenario and options cannot be rendered (exit code 2)."""
 
 
 @dataclass
@@ -453,16 +453,88 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
 # ------------------------------------------------------------------------------------ output
 
 
-def write(rendered: Rendered, out: str | Path) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for node, files in rendered.files.items():
-        (out / node).mkdir(exist_ok=True)
-        for name, text in files.items():
-            path = out / node / name
-            path.write_text(text)
-            path.chmod(0o755 if name.endswith((".sh", ".py")) else 0o644)
-    (out / "plan.json").write_text(plan_json(rendered.plan))
+# Output must never land in kernel pseudo-filesystems, whatever symlinks or bind mounts say.
+_FORBIDDEN_OUT = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_out(out: str | Path, force: bool = False) -> Path:
+    """Validate ``--out`` before anything is rendered: absent, or an empty directory (any directory with force)."""
+    if str(out).strip() == "":
+        raise InputError("--out: empty path; give the directory to render into")
+    path = Path(out)
+    real = path.resolve()
+    for bad in _FORBIDDEN_OUT:
+        if real == bad or bad in real.parents:
+            raise InputError(f"--out {out}: refusing to write under {bad}")
+    if path.is_symlink():
+        raise InputError(f"--out {out}: is a symlink (to {os.readlink(path)}); give a real directory")
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"--out {out}: exists and is not a directory")
+        try:
+            non_empty = any(path.iterdir())
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot read the directory ({exc.strerror})") from None
+        if non_empty and not force:
+            raise InputError(f"--out {out}: directory is not empty; choose a new directory or add --force to replace "
+                             f"its contents")
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: {ancestor} is not a writable directory")
+    return path
+
+
+def _write_file(path: Path, text: str, mode: int) -> None:
+    # O_EXCL|O_NOFOLLOW: a fresh private directory holds no files, so nothing may be followed or reused
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, mode)  # the umask must not make scripts unexecutable
+
+
+def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
+    """Render into a fresh temporary directory next to ``out``, then move it into place.
+
+    ``out`` is left untouched unless everything was written; a non-empty ``out`` is refused unless
+    ``force`` (its old contents are removed after the new tree is in place). Nothing inside ``out``
+    is followed: the tree is built from scratch with O_NOFOLLOW files.
+    """
+    out = check_out(out, force)
+    parent = out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.k3lab-", dir=parent))
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create {parent} ({exc.strerror})") from None
+    try:
+        if "plan.json" in rendered.files:
+            raise InputError("nodes.plan.json.name: 'plan.json' is reserved for the plan file")
+        for node, files in rendered.files.items():
+            (tmp / node).mkdir()
+            for name, text in files.items():
+                _write_file(tmp / node / name, text, 0o755 if name.endswith((".sh", ".py")) else 0o644)
+        _write_file(tmp / "plan.json", plan_json(rendered.plan), 0o644)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        old = None
+        if out.is_dir() and not out.is_symlink():
+            try:
+                os.rmdir(out)  # empty: the rename below replaces it
+            except OSError:  # not empty (force): move it aside, swap in the new tree, then delete it
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.k3lab-old-", dir=parent))
+                os.rename(out, old / "out")
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old)  # rmtree removes symlinks, it never follows them
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return out
 
 

@@ -1,0 +1,110 @@
+"""One error model for every k3lab command, and the exit codes it maps to.
+
+=====  =========================================================================
+code   meaning
+=====  =========================================================================
+0      ok
+1      checks failed (preflight errors, a readiness gate, conformance failures)
+2      usage or input error (bad option, unknown scenario, invalid inventory)
+3      environment error (Docker engine, SSH, a run still up)
+4      internal error: a one-line message; the traceback goes to a log file
+130    interrupted (Ctrl-C / SIGTERM), after teardown
+=====  =========================================================================
+
+Raise a subclass of :class:`K3labError` with a message that names the file, field or node and
+says what to do; ``cli.main`` prints it on one line (plus detail lines) and exits with its code.
+This module imports nothing heavy: the CLI loads it before anything else.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+OK = 0
+CHECKS_FAILED = 1
+USAGE = 2
+ENVIRONMENT = 3
+INTERNAL = 4
+INTERRUPTED = 130
+
+EXIT_CODES_HELP = """exit codes:
+  0  ok
+  1  checks failed (preflight errors, a readiness gate, conformance failures)
+  2  usage or input error (bad option, unknown scenario, invalid inventory)
+  3  environment error (Docker engine, SSH, a run still up)
+  4  internal error (one-line message; traceback in a log file under $K3LAB_LOG_DIR
+     or ~/.cache/k3lab/logs)
+  130 interrupted (teardown still ran)"""
+
+
+class K3labError(Exception):
+    """Base of every error the CLI reports without a traceback."""
+
+    exit_code = INTERNAL
+
+
+class UsageError(K3labError):
+    """The command line is wrong: unknown scenario or option, missing argument."""
+
+    exit_code = USAGE
+
+
+class InputError(K3labError):
+    """An input file or value is wrong: inventory, policy, output directory."""
+
+    exit_code = USAGE
+
+
+class EnvError(K3labError):
+    """The environment is not usable: Docker engine, SSH, a run still up.
+
+    (Not named ``EnvironmentError``: that is a builtin alias of ``OSError``.)
+    """
+
+    exit_code = ENVIRONMENT
+
+
+class ChecksFailed(K3labError):
+    """Checks ran and some failed: preflight errors, a readiness gate."""
+
+    exit_code = CHECKS_FAILED
+
+
+class InternalError(K3labError):
+    exit_code = INTERNAL
+
+
+# Exceptions of the live half's libraries, recognised by module so that the CLI never imports them.
+_ENV_MODULES = ("docker", "paramiko", "requests", "urllib3", "httpx", "socket")
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    mod = type(exc).__module__ or ""
+    if mod.split(".")[0] in _ENV_MODULES:
+        return True
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def log_dir() -> Path:
+    return Path(os.environ.get("K3LAB_LOG_DIR") or Path.home() / ".cache" / "k3lab" / "logs")
+
+
+def write_crash_log(exc: BaseException, argv: list[str]) -> Path | None:
+    """The traceback of an internal error, for a bug report; never shown on the terminal."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    text = (f"k3lab {' '.join(argv)}\n{stamp}\npython {sys.version.split()[0]}\n\n"
+            + "".join(traceback.format_exception(exc)))
+    for base in (log_dir(), Path(tempfile.gettempdir())):
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f"k3lab-crash-{stamp}-", suffix=".log", dir=base)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            return Path(name)
+        except OSError:
+            continue
+    return None
