@@ -119,7 +119,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise UsageError("preflight: give a SCENARIO or --list")
     rendered = build(args)
-    findings = preflight.run(rendered.plan, rendered.files)
+    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=rendered.sim_subnet)
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=2))
     else:

@@ -71,6 +71,43 @@ def _ports(sid: str, **update) -> render.Rendered:
     return render.build(sid, inv.model_copy(update={"ports": inv.ports.model_copy(update=update)}))
 
 
+def _inv(sid: str, nodes: dict[str, dict], target: str = "sim", options: dict | None = None,
+         **top) -> render.Rendered:
+    inv = siminventory.default(sid).model_dump()
+    if target == "lab":  # the sim inventory's nodes share one endpoint: keep their containers apart
+        for n in inv["nodes"]:
+            n["container_name"] = f"vllm-{n['name']}"
+    for name, update in nodes.items():
+        next(n for n in inv["nodes"] if n["name"] == name).update(update)
+    inv.update(top)
+    return render.build(sid, Inventory.model_validate(inv), options, target)
+
+
+def m_addr_placeholder():
+    return _inv("a3_pd", {"d0": {"local_ip": "192.0.2.30"}}, target="lab")
+
+
+def m_addr_loopback():
+    return _inv("k3_a3_mixed", {"node1": {"local_ip": "127.0.0.2"}}, target="lab")
+
+
+def m_sim_subnet():
+    return _inv("k3_a3_mixed", {"node2": {"local_ip": "10.9.9.9"}})
+
+
+def m_container_shared():
+    same = {"endpoint": "ssh://root@10.0.0.1", "container_name": "vllm"}
+    return _inv("k3_a2_mixed", {"node0": same, "node1": same}, target="lab")
+
+
+def m_option_unused():
+    return _inv("a3_pd", {}, options={"parsers": "off"})
+
+
+def m_checkpoint():
+    return _inv("k3_a3_mixed", {}, model_path="/models/not-in-fixtures")
+
+
 def m_dp_ranks():
     return _ranks("k3_a3_mixed", {"node2": 1})
 
@@ -230,6 +267,16 @@ STATIC = [
     Fault("S-SMALL-SHM", "F15 64 MB shm", "a3_pd", S({"PF-CONTAINER"}), m_shm),
     Fault("S-DRIVER-MOUNT", "F15 hccn_tool not mounted", "k3_a3_mixed", S({"PF-CONTAINER"}), m_driver_mount),
     Fault("S-LAUNCHER-PP", "seed defect: launch_online_dp.py --pp-size", "k3_a3_pd", S({"PF-LAUNCHER"}), m_launcher),
+    Fault("S-ADDR-PLACEHOLDER", "documentation address left in the inventory", "a3_pd", S({"PF-ADDR-PLACEHOLDER"}),
+          m_addr_placeholder),
+    Fault("S-ADDR-LOOPBACK", "loopback node address", "k3_a3_mixed", S({"PF-ADDR-SPECIAL"}), m_addr_loopback),
+    Fault("S-SIM-SUBNET", "node address outside the sim subnet", "k3_a3_mixed", S({"PF-SIM-SUBNET"}), m_sim_subnet),
+    Fault("S-CONTAINER-SHARED", "two nodes, one endpoint, one container name", "k3_a2_mixed",
+          S({"PF-CONTAINER-SHARED"}), m_container_shared),
+    Fault("S-OPTION-UNUSED", "-o parsers=off where it changes nothing", "a3_pd", S({"PF-OPTION-UNUSED"}),
+          m_option_unused),
+    Fault("S-CHECKPOINT", "model path with no checkpoint config.json", "k3_a3_mixed", S({"PF-CHECKPOINT"}),
+          m_checkpoint),
 ]
 
 _TEMPLATE = "/root/k3lab/run_dp_template.sh"
@@ -308,7 +355,7 @@ CATALOG = {f.id: f for f in STATIC + LIVE}
 
 def run_static(fault: Fault) -> set[str]:
     r = fault.mutate()
-    return {f.check for f in preflight.run(r.plan, r.files)}
+    return {f.check for f in preflight.run(r.plan, r.files, sim_subnet=r.sim_subnet)}
 
 
 def _failing_tests(junit: Path) -> set[str]:

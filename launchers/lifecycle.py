@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import preflight, render
 from .backends import DEFAULT_ENDPOINT, LABEL, Backend, LabBackend, SimBackend, remove_by_label
 from .endpoints import ClientPool, SshOptions, describe
-from .errors import ChecksFailed
+from .errors import ChecksFailed, EnvError
 from .plan import Gate, Plan, Process
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
@@ -228,8 +228,8 @@ def _refuse_collision(plan: Plan) -> None:
     live = docker.from_env().containers.list(all=True, filters={"label": LABEL})
     if live:
         runs = sorted({c.labels.get(LABEL) for c in live})
-        raise SystemExit(f"k3lab: run(s) {', '.join(runs)} still up on the local engine; "
-                         f"'k3lab down --all' first (or 'k3lab down RUN')")
+        raise EnvError(f"run(s) {', '.join(runs)} still up on the local engine; "
+                       f"'k3lab down --all' first (or 'k3lab down RUN')")
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
@@ -242,7 +242,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     started = time.monotonic()
     rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)
-    findings = preflight.run(rendered.plan, rendered.files)
+    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
     errors = preflight.errors(findings)
     if errors:
         for f in errors:

@@ -6,6 +6,7 @@ name the nodes and values at fault. Checks read only the plan (and the checkpoin
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections import Counter, defaultdict
@@ -131,6 +132,8 @@ class Facts:
     checkpoint: dict | None
     draft_checkpoint: dict | None
     mmc: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (node, artefact) -> keys
+    checkpoints: Path = FIXTURES
+    sim_subnet: str | None = None  # the inventory's sim.subnet, when the caller has the inventory
 
 
 def parse_conf(text: str) -> dict[str, str]:
@@ -143,7 +146,8 @@ def parse_conf(text: str) -> dict[str, str]:
     return out
 
 
-def facts(plan: Plan, files: dict[str, dict[str, str]] | None = None, checkpoints: Path = FIXTURES) -> Facts:
+def facts(plan: Plan, files: dict[str, dict[str, str]] | None = None, checkpoints: Path = FIXTURES,
+          sim_subnet: str | None = None) -> Facts:
     engines = []
     for node in plan.nodes:
         for proc in node.all_processes():
@@ -152,7 +156,7 @@ def facts(plan: Plan, files: dict[str, dict[str, str]] | None = None, checkpoint
     mmc = {(node, name): parse_conf(text) for node, arts in (files or {}).items()
            for name, text in arts.items() if name.startswith("mmc-") and name.endswith(".conf")}
     return Facts(plan, engines, _config(checkpoints, plan.expect.model_path),
-                 _config(checkpoints, _draft_path(engines)), mmc)
+                 _config(checkpoints, _draft_path(engines)), mmc, checkpoints, sim_subnet)
 
 
 def _draft_path(engines: list[Engine]) -> str | None:
@@ -565,17 +569,132 @@ def _launcher(f: Facts):
                 yield f"{node.name}: launch_online_dp.py without --dp-rpc-port (the real one fails with TypeError).", (node.name,)
 
 
+# ------------------------------------------------------------------------------ inventory sanity
+
+# RFC 5737 / RFC 3849 / RFC 9637 documentation ranges: example inventories use them as placeholders
+DOC_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32",
+                                              "3fff::/20")]
+DOC_DOMAINS = ("example", "example.com", "example.net", "example.org", "invalid", "test")
+
+
+def _endpoint_host(endpoint: str) -> str | None:
+    """The host part of tcp://host:port or ssh://user@host[:port]; None for unix://."""
+    if endpoint.startswith("unix://"):
+        return None
+    rest = endpoint.split("://", 1)[1].rsplit("@", 1)[-1]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+
+
+def _ip(text: str | None):
+    try:
+        return ipaddress.ip_address(text) if text else None
+    except ValueError:
+        return None
+
+
+@check("PF-ADDR-PLACEHOLDER", "warning", "Node addresses and endpoints SHOULD NOT be documentation or placeholder "
+       "values (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32, example.* hosts).",
+       "replace the example inventory's placeholders with the lab's real addresses and hosts.")
+def _addr_placeholder(f: Facts):
+    for node in f.plan.nodes:
+        found = []
+        ip = _ip(node.address)
+        if ip is not None and any(ip in net for net in DOC_NETS):
+            found.append(f"local_ip {node.address}")
+        host = _endpoint_host(node.endpoint)
+        hip = _ip(host)
+        if (hip is not None and any(hip in net for net in DOC_NETS)) or (
+                host and hip is None and host.lower().rstrip(".").endswith(DOC_DOMAINS)):
+            found.append(f"endpoint {node.endpoint}")
+        if found:
+            yield f"{node.name}: {' and '.join(found)} {'is a' if len(found) == 1 else 'are'} documentation " \
+                  f"placeholder{'s' if len(found) > 1 else ''}.", (node.name,)
+
+
+@check("PF-ADDR-SPECIAL", "warning", "Node addresses SHOULD be unicast addresses other nodes can reach: not "
+       "loopback, link-local, broadcast, or the network/broadcast address of the sim subnet.",
+       "give each node the address of its NIC on the cluster network.")
+def _addr_special(f: Facts):
+    net = ipaddress.ip_network(f.sim_subnet) if f.sim_subnet and f.plan.target == "sim" else None
+    multi = len(f.plan.nodes) > 1
+    for node in f.plan.nodes:
+        ip = _ip(node.address)
+        if ip is None:
+            continue
+        if ip.is_loopback and multi:
+            yield f"{node.name}: local_ip {ip} is loopback; the other nodes cannot reach it.", (node.name,)
+        elif ip.version == 4 and ip == ipaddress.ip_address("255.255.255.255"):
+            yield f"{node.name}: local_ip {ip} is the broadcast address.", (node.name,)
+        elif ip.is_link_local:
+            yield f"{node.name}: local_ip {ip} is link-local.", (node.name,)
+        elif net is not None and ip in net and net.num_addresses > 2 and ip in (net.network_address,
+                                                                               net.broadcast_address):
+            yield f"{node.name}: local_ip {ip} is the {'network' if ip == net.network_address else 'broadcast'} " \
+                  f"address of sim subnet {net}.", (node.name,)
+
+
+@check("PF-SIM-SUBNET", "error", "On the sim target every node address MUST be a host address of sim.subnet other "
+       "than its gateway (the first host).", "move local_ip into sim.subnet, or change sim.subnet.")
+def _sim_subnet(f: Facts):
+    if f.plan.target != "sim" or not f.sim_subnet:
+        return
+    net = ipaddress.ip_network(f.sim_subnet)
+    gateway = next(net.hosts(), None)
+    for node in f.plan.nodes:
+        ip = _ip(node.address)
+        if ip is None or ip.version != net.version or ip not in net:
+            yield f"{node.name}: local_ip {node.address} is outside sim subnet {net}.", (node.name,)
+        elif ip == gateway:
+            yield f"{node.name}: local_ip {ip} is the sim network's gateway.", (node.name,)
+
+
+@check("PF-CONTAINER-SHARED", "error", "Nodes that share one Docker endpoint MUST use distinct container names "
+       "(docker run --name fails on the second one).",
+       "set container_name per node, or give each node its own endpoint.")
+def _container_shared(f: Facts):
+    if f.plan.target == "sim":  # the sim names containers k3lab-<run>-<node>
+        return
+    seen: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for node in f.plan.nodes:
+        seen[(node.endpoint, node.container.name)].append(node.name)
+    for (endpoint, name), nodes in seen.items():
+        if len(nodes) > 1:
+            yield f"{', '.join(nodes)} share endpoint {endpoint} and container name {name!r}.", tuple(nodes)
+
+
+@check("PF-OPTION-UNUSED", "warning", "Every -o option given SHOULD change this scenario's artefacts.",
+       "drop the option, or pick a scenario it applies to (k3lab render --help lists where each applies).")
+def _option_unused(f: Facts):
+    from . import catalog
+
+    sc = catalog.SCENARIOS.get(f.plan.scenario)
+    if sc is None:
+        return
+    for key in sorted(f.plan.options):
+        if not catalog.option_applies(key, sc):
+            yield f"-o {key}={f.plan.options[key]} has no effect on {sc.id}.", ()
+
+
+@check("PF-CHECKPOINT", "warning", "The model checkpoint's config.json SHOULD be available so the model checks "
+       "(heads, layers, context length) can run.",
+       "put the checkpoint's config.json under fixtures/checkpoints/<model dir>/.")
+def _checkpoint(f: Facts):
+    if f.checkpoint is None:
+        yield f"no config.json for {f.plan.expect.model_path} under {f.checkpoints}; model checks skipped.", ()
+
+
 # --------------------------------------------------------------------------------- running
 
 
-def run(plan: Plan, files: dict[str, dict[str, str]] | None = None, checkpoints: Path = FIXTURES) -> list[Finding]:
-    fx = facts(plan, files, checkpoints)
+def run(plan: Plan, files: dict[str, dict[str, str]] | None = None, checkpoints: Path = FIXTURES,
+        sim_subnet: str | None = None) -> list[Finding]:
+    """``sim_subnet``: the inventory's sim.subnet, so addresses can be checked against it."""
+    fx = facts(plan, files, checkpoints, sim_subnet)
     out: list[Finding] = []
     for chk in CHECKS:
         out.extend(chk.run(fx))
-    if fx.checkpoint is None:
-        out.append(Finding("PF-CHECKPOINT", "warning",
-                           f"no config.json for {plan.expect.model_path} under {checkpoints}; model checks skipped."))
     return out
 
 

@@ -50,6 +50,7 @@ class RenderError(InputError, ValueError):
 class Rendered:
     plan: Plan
     files: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> artefact name -> text
+    sim_subnet: str | None = None  # the inventory's sim.subnet, for preflight's address checks
 
 
 # ------------------------------------------------------------------------------ inventory shape
@@ -183,7 +184,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
     heads = {role: inv.by_role(role)[0] for role in sc.roles}  # type: ignore[arg-type]
     proxy_node = inv.node(inv.proxy_node) if inv.proxy_node else heads.get("prefill")
 
-    rendered = Rendered(plan=None)  # type: ignore[arg-type]
+    rendered = Rendered(plan=None, sim_subnet=inv.sim.subnet)  # type: ignore[arg-type]
     node_plans: list[NodePlan] = []
     apis: list[ApiEndpoint] = []
     dp_groups: dict[str, dict[int, str]] = {}

@@ -31,7 +31,7 @@ def test_healthy_default_passes_every_check(sid):
 def test_static_fault_fails_exactly_its_check(fault):
     assert faults.run_static(fault) == set(fault.expect)
     r = fault.mutate()
-    finding = next(f for f in preflight.run(r.plan, r.files) if f.check in fault.expect)
+    finding = next(f for f in preflight.run(r.plan, r.files, sim_subnet=r.sim_subnet) if f.check in fault.expect)
     assert "Remedy:" in finding.message and finding.message.split("Remedy:")[0].strip()
 
 
