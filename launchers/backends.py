@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import tarfile
 import sys
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath

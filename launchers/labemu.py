@@ -122,7 +122,7 @@ def _network(hosts: list[Host]) -> None:
         if _sh("ip", "link", "show", h.veth, check=False).returncode != 0:
             _sh("ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
             _sh("ip", "link", "set", h.veth, "master", BRIDGE, "up")
-        batch = [f"link set lo up", f"link set eth0 up"]
+        batch = ["link set lo up", "link set eth0 up"]
         addrs = _sh("ip", "-n", h.ns, "-o", "addr", "show", "dev", "eth0").stdout
         if f" {h.ip}/" not in addrs:
             batch.append(f"addr add {h.ip}/{SUBNET.prefixlen} dev eth0")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 from . import catalog, deviations, memcache, profiles
 from .catalog import OPTIONS, Scenario
 from .errors import InputError
-from .inventory import Inventory, InventoryError, Node
+from .inventory import PATH_RE, Inventory, InventoryError, Node
 from .plan import (
     ApiEndpoint,
     Artefact,
@@ -71,6 +72,11 @@ def check_shape(sc: Scenario, inv: Inventory) -> None:
     metas = inv.by_role("metaservice")
     if sc.pool != "none" and len(metas) > 1:
         problems.append("nodes: at most one metaservice node")
+    for role in sc.roles:
+        ranks = [n.rank for n in inv.by_role(role)]  # type: ignore[arg-type]
+        if ranks and 0 not in ranks:
+            problems.append(f"nodes: no {role} node has rank 0 (ranks {sorted(ranks)}); rank is role-local and the "
+                            f"rank-0 node is the {role} head (DP address / PP master)")
     if sc.pool != "none" and not metas and not inv.metaservice_node:
         problems.append(f"metaservice_node: {sc.id} needs a MetaService host (a metaservice node or metaservice_node)")
     if problems:
@@ -85,8 +91,9 @@ def _options(sc: Scenario, raw: dict[str, str]) -> dict[str, str]:
     opts = dict(raw)
     if opts.get("parsers", "on") not in ("on", "off"):
         raise RenderError("option parsers must be 'on' or 'off'")
-    if "draft" in opts and not opts["draft"].startswith("/"):
-        raise RenderError("option draft must be an absolute path")
+    if "draft" in opts and not re.fullmatch(PATH_RE, opts["draft"]):
+        raise RenderError(f"option draft {opts['draft']!r} must be an absolute path on one line without quotes, "
+                          f"backslashes or '%' (it reaches the --speculative-config JSON)")
     if "draft" in opts and sc.dspark == "never":
         raise RenderError(f"{sc.id} has no DSpark3 draft model")
     return opts
@@ -343,7 +350,33 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         expect=expect, deviations=[Deviation(**d) for d in deviations.for_scenario(sc, opts, target)
                                     + (profiles.deviations(inv.lab.profile) if target == "lab" else [])],
     )
+    _check_port_ceiling(node_plans)
     return rendered
+
+
+def _port_field(purpose: str, role: str) -> str:
+    """The inventory key a derived port comes from, for the error message."""
+    if "mooncake" in purpose:
+        return "ports.kv_prefill" if role == "prefill" else "ports.kv_decode"
+    if "DP RPC" in purpose or "LOOKUP" in purpose:
+        return "ports.prefill_dp_rpc" if role == "prefill" else "ports.dp_rpc"
+    if "master" in purpose:
+        return "ports.master"
+    return "ports.api"
+
+
+def _check_port_ceiling(node_plans: list[NodePlan]) -> None:
+    """Ports derived from an inventory base (per-rank API ports, Mooncake ranges) must stay within 65535."""
+    problems = []
+    for node in node_plans:
+        for proc in node.all_processes():
+            for use in proc.ports:
+                top = use.last if use.last is not None else use.port
+                if top > 65535:
+                    problems.append(f"{_port_field(use.purpose, node.role)} (node {node.name!r}): {use.purpose} "
+                                    f"reaches port {top}, beyond 65535; lower the base port")
+    if problems:
+        raise InventoryError("derived ports out of range\n" + "\n".join(dict.fromkeys(problems)))
 
 
 def _proxy_instances(apis: list[ApiEndpoint]) -> dict[str, int]:
