@@ -116,6 +116,9 @@ HANDMADE = {
                         False, True),
     "no-open-marker": ("reasoning begins inside think" + xtml.closed("think") + response("Hi."), False, True),
     "thinking-off": (response("Plain answer with <angle> brackets."), False, False),
+    "whitespace-around": (think("\n  Reasoning with spaces.  \n") + response("\nAnswer.\n"), False, True),
+    "tools-in-open-think": (xtml.opened("think") + "still thinking " + xtml.tool_section("f", {"a": 1}), True, True),
+    "truncated-think": (xtml.opened("think") + "cut off mid-thou", False, True),
     "two-calls": (think("two") + xtml.tool_section("a", {"x": 1})[:-len(xtml.closed("tools"))]
                   + xtml.tool_section("b", {"y": [2]}, index=2)[len(xtml.opened("tools")):], True, True),
 }

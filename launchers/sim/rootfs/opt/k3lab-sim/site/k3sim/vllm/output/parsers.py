@@ -1,9 +1,10 @@
-"""``kimi_k3`` reasoning and tool parsers over the raw XTML text (vllm-upstream.md §3.3).
+"""``kimi_k3`` reasoning and tool parsers over the raw XTML text, as vLLM 0.33's (contracts/).
 
-Reasoning: output may start inside think (no opening marker); ``<|close|>think<|sep|>`` ends it
-and a tools section ends it implicitly; trailing reasoning whitespace is stripped. The
-``response`` channel becomes content; whitespace-only content before tools is dropped and text
-after the tool section is suppressed. Streaming re-parses the text so far and emits the
+Reasoning: output may start inside think (no opening marker); only ``<|close|>think<|sep|>`` ends
+it, and everything before it is reasoning verbatim (markers and whitespace included; unlike K2,
+a tools section does not end it). The ``response`` channel becomes content; whitespace-only
+content before tools is dropped and text after the tool section is suppressed. Attribute values
+are unescaped (``&quot;``, ``&amp;``). Streaming re-parses the text so far and emits the
 difference, holding back a marker that is not complete yet.
 """
 from __future__ import annotations
@@ -87,6 +88,12 @@ def parse(text: str, *, reasoning_parser: bool, tool_parser: bool, thinking: boo
     tools_done = False
     for kind, value in _segments(text):
         name = value.split(" ", 1)[0]
+        if in_reasoning:
+            if kind == "close" and name == "think":
+                in_reasoning = False
+            elif not (kind == "open" and name == "think" and not reasoning):  # the channel opener itself
+                reasoning.append(value if kind == "text" else f"{OPEN if kind == 'open' else CLOSE}{value}{SEP}")
+            continue
         if tool_parser and kind == "open" and name == "tools":
             in_tools, in_reasoning = True, False
             continue
@@ -121,7 +128,7 @@ def parse(text: str, *, reasoning_parser: bool, tool_parser: bool, thinking: boo
         if kind in ("open", "close"):
             continue  # channel markers (response ...) are not content
         (reasoning if in_reasoning else content).append(value)
-    r = "".join(reasoning).rstrip()  # strip_trailing_reasoning_whitespace; prefix-stable while streaming
+    r = "".join(reasoning)
     c = "".join(content)
     if calls and not c.strip():
         c = ""
