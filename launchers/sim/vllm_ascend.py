@@ -81,10 +81,12 @@ def helper_python() -> Path:
     marker = venv / ".k3lab-ready"
     if marker.exists():
         return python
-    _run([sys.executable, "-m", "venv", "--clear", str(venv)], None, f"creating {venv}")
-    _run([str(python), "-m", "pip", "install", "-q", *HELPER_PACKAGES], None,
-         f"pip install {' '.join(HELPER_PACKAGES)} into {venv}")
-    marker.write_text("")
+    with _locked("helper-venv"):
+        if not marker.exists():
+            _run([sys.executable, "-m", "venv", "--clear", str(venv)], None, f"creating {venv}")
+            _run([str(python), "-m", "pip", "install", "-q", *HELPER_PACKAGES], None,
+                 f"pip install {' '.join(HELPER_PACKAGES)} into {venv}")
+            marker.write_text("")
     return python
 
 
