@@ -21,6 +21,8 @@ import tarfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import EnvError
+
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
 LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
 FILES = (PROXY, LAUNCHER)
@@ -34,10 +36,8 @@ HELPER_PACKAGES = ("setuptools", "setuptools_scm", "wheel")
 DOWNLOAD_TIMEOUT_S = 900
 
 
-class FetchError(RuntimeError):
-    """A download from the package registry failed; the message says what to do."""
-
-    exit_code = 3  # environment error
+class FetchError(EnvError, RuntimeError):
+    """A download from the package registry failed; the message says what to do (exit code 3)."""
 
 
 def cache_dir() -> Path:
@@ -68,7 +68,8 @@ def _run(cmd: list[str], env: dict[str, str] | None, what: str, where: Path | No
     except OSError as exc:
         raise FetchError(f"{what}: {exc}") from None
     if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        tail = "\n".join([line for line in lines if line.startswith("ERROR")] or lines[-6:])
         raise FetchError(f"{what} failed (exit {done.returncode}):\n{tail}\n"
                          "remedy: check access to the package index (pip config list, proxy variables) and "
                          f"retry, or download the file elsewhere and put it into {where or cache_dir()}")
