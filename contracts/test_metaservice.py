@@ -44,6 +44,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def three_ports() -> dict[str, int]:
+    chosen: list[int] = []
+    while len(chosen) < 3:  # the kernel may hand out a just-closed port again
+        port = free_port()
+        if port not in chosen:
+            chosen.append(port)
+    return dict(zip(("meta", "store", "http"), chosen))
+
+
 @dataclass
 class Run:
     rc: int
@@ -71,14 +80,14 @@ class Impl:
 
     def run_once(self, tmp: Path, *extra: str) -> Run:
         """A configuration the service refuses: it must exit on its own."""
-        ports = {k: free_port() for k in ("meta", "store", "http")}
+        ports = three_ports()
         env = {**self.env, "MMC_META_CONFIG_PATH": str(self.conf(tmp, ports, *extra))}
         done = subprocess.run([self.python, "-u", "-c", MAIN], env=env, capture_output=True, text=True, timeout=15)
         return Run(done.returncode, done.stdout, done.stderr, tmp / f"{self.name}-logs" / "logs", ports=ports)
 
     def serve(self, tmp: Path, kit_conf: str | None = None) -> Run:
         """Start, query every path, stop with SIGTERM. ``kit_conf``: a rendered mmc-meta.conf, moved to loopback."""
-        ports = {k: free_port() for k in ("meta", "store", "http")}
+        ports = three_ports()
         conf = self.conf(tmp, ports, "ock.mmc.log_level = info")
         if kit_conf is not None:
             text = re.sub(r"//[\d.]+:\d+", lambda m: "//127.0.0.1:{}", kit_conf)

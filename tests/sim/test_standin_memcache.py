@@ -64,7 +64,12 @@ def local_conf(tmp_path, ports, name="mmc-local.conf", dram="1GB", protocol="dev
 
 
 def ports():
-    return SimpleNamespace(meta=free_port(), store=free_port(), http=free_port())
+    chosen: list[int] = []
+    while len(chosen) < 3:  # the kernel may hand out a just-closed port again
+        port = free_port()
+        if port not in chosen:
+            chosen.append(port)
+    return SimpleNamespace(meta=chosen[0], store=chosen[1], http=chosen[2])
 
 
 def http_get(port, path):
