@@ -6,7 +6,6 @@ bench --no-live. Everything else talks to a Docker engine (sim) or to each node'
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import sys
 
@@ -30,7 +29,7 @@ def lazy(module: str, func: str):
 
 def did_you_mean(word: str, choices, what: str) -> str:
     choices = list(choices)
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    close = _close(word, choices, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     known = f" (known: {', '.join(choices)})" if len(choices) <= 16 else ""
     return f"unknown {what} {word!r}{hint}{known}"
@@ -170,7 +169,7 @@ class Parser(argparse.ArgumentParser):
         if "invalid choice:" in message:
             word = message.split("invalid choice:", 1)[1].split("(")[0].strip().strip("'")
             choices = [a.strip().strip("'") for a in message.split("(choose from", 1)[-1].rstrip(")").split(",")]
-            close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+            close = _close(word, choices, n=1, cutoff=0.6)
             if close:
                 message += f"; did you mean {close[0]!r}?"
         raise UsageError(f"{self.prog}: {message}")
@@ -284,9 +283,15 @@ def _add_check(sub) -> None:
 
 
 def _add_labemu(sub) -> None:
-    from . import labemu  # light: its heavy imports are inside the handler
-
-    labemu.add_commands(sub)
+    p = sub.add_parser("labemu", help="emulated multi-host lab on this machine (namespaces, engines, sshd)")
+    p.add_argument("action", choices=["up", "down", "status"], help="up: create the hosts and write --out; "
+                   "down: remove them; status: list them")
+    p.add_argument("--nodes", type=int, help="number of hosts (default: the scenario's node count)")
+    p.add_argument("--scenario", default="a3_pd_1m", help="scenario whose node roles the inventory gets")
+    p.add_argument("--out", default="lab.yaml", help="lab inventory to write")
+    p.add_argument("--endpoints", choices=["mixed", "ssh", "tcp"], default="mixed",
+                   help="endpoint kinds in the inventory (mixed: every fourth host over tcp://)")
+    p.set_defaults(fn=lazy("labemu", "cmd_labemu"))
 
 
 def _add_down(sub) -> None:
@@ -403,3 +408,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _close(word, choices, n=1, cutoff=0.6):
+    import difflib  # only on the error path: keeps start-up small
+
+    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)

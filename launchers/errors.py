@@ -17,11 +17,7 @@ This module imports nothing heavy: the CLI loads it before anything else.
 """
 from __future__ import annotations
 
-import datetime
 import os
-import sys
-import tempfile
-import traceback
 from pathlib import Path
 
 OK = 0
@@ -95,6 +91,11 @@ def log_dir() -> Path:
 
 def write_crash_log(exc: BaseException, argv: list[str]) -> Path | None:
     """The traceback of an internal error, for a bug report; never shown on the terminal."""
+    import datetime  # only on the error path: the CLI's start-up stays small
+    import sys
+    import tempfile
+    import traceback
+
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     text = (f"k3lab {' '.join(argv)}\n{stamp}\npython {sys.version.split()[0]}\n\n"
             + "".join(traceback.format_exception(exc)))

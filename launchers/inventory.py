@@ -11,7 +11,6 @@ Errors are one line per problem: ``FIELD (node NAME, FILE:LINE): what is wrong``
 """
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 from pathlib import Path
@@ -298,7 +297,7 @@ class Inventory(_Strict):
         for field in ("proxy_node", "metaservice_node"):
             value = getattr(self, field)
             if value is not None and value not in seen_names:
-                close = difflib.get_close_matches(value, sorted(seen_names), n=1)
+                close = _close(value, sorted(seen_names), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f" (nodes: {', '.join(sorted(seen_names))})"
                 raise ValueError(f"{field}: {value!r} is not a node in this inventory{hint}")
         return self
@@ -323,7 +322,7 @@ def _message(err: dict) -> str:
     loc, value, kind = err["loc"], err.get("input"), err["type"]
     if kind == "extra_forbidden":
         fields = list(_model_at(loc).model_fields)
-        close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.5)
+        close = _close(str(loc[-1]), fields, n=1, cutoff=0.5)
         return f"unknown key{f'; did you mean {close[0]!r}?' if close else ''} (known: {', '.join(fields)})"
     if isinstance(value, bool) and kind in ("int_type", "string_type", "float_type"):
         want = "a number" if kind != "string_type" else "text"
@@ -386,3 +385,9 @@ def json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "k3lab inventory"
     return schema
+
+
+def _close(word, choices, n=1, cutoff=0.6):
+    import difflib  # only on the error path: keeps start-up small
+
+    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)

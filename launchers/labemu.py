@@ -485,15 +485,3 @@ def cmd_labemu(args: argparse.Namespace) -> int:
     except LabEmuError as exc:
         print(f"k3lab labemu: {exc}", file=sys.stderr)
         return 1
-
-
-def add_commands(sub) -> None:
-    p = sub.add_parser("labemu", help="emulated multi-host lab on this machine (namespaces, engines, sshd)")
-    p.add_argument("action", choices=["up", "down", "status"], help="up: create the hosts and write --out; "
-                   "down: remove them; status: list them")
-    p.add_argument("--nodes", type=int, help="number of hosts (default: the scenario's node count)")
-    p.add_argument("--scenario", default="a3_pd_1m", help="scenario whose node roles the inventory gets")
-    p.add_argument("--out", default="lab.yaml", help="lab inventory to write")
-    p.add_argument("--endpoints", choices=["mixed", "ssh", "tcp"], default="mixed",
-                   help="endpoint kinds in the inventory (mixed: every fourth host over tcp://)")
-    p.set_defaults(fn=cmd_labemu)

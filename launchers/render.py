@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shlex
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -535,6 +533,9 @@ def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
     ``force`` (its old contents are removed after the new tree is in place). Nothing inside ``out``
     is followed: the tree is built from scratch with O_NOFOLLOW files.
     """
+    import shutil  # only render writes files: preflight's start-up stays small
+    import tempfile
+
     out = check_out(out, force)
     parent = out.absolute().parent
     try:
