@@ -307,7 +307,7 @@ def _add_status(sub) -> None:
     p.set_defaults(fn=lazy("lifecycle", "cmd_status"))
 
 
-COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_up, _add_cycle, _add_check, _add_down,
+COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
             _add_status, _add_faults, _add_bench, _add_labemu]
 
 

@@ -70,7 +70,7 @@ def _range_field(default: str, description: str) -> object:
 
 
 def _path_field(default: str | None, description: str, example: str | None = None) -> object:
-    return Field(default, description=description + " Absolute; no quotes, backslashes, '%' or control characters.",
+    return Field(default, description=description + "; absolute, no quotes, backslashes, '%' or control characters",
                  examples=[example or default], json_schema_extra=_pattern(PATH_RE))
 
 
