@@ -132,6 +132,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .cli import scenario_id
 
     path = write(scenario_id(args.scenario), args.out, force=args.force)
-    print(f"wrote {path}: a {args.scenario} inventory; replace the 192.0.2.x placeholders, then "
+    print(f"wrote {path}: an inventory for {args.scenario}; replace the 192.0.2.x placeholders, then "
           f"k3lab preflight {args.scenario} -i {path}")
     return 0

@@ -84,8 +84,12 @@ def check_shape(sc: Scenario, inv: Inventory) -> None:
 def _options(sc: Scenario, raw: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(raw) - set(OPTIONS))
     if unknown:
-        raise RenderError(f"unknown option(s) {', '.join(unknown)}; known: " +
-                          "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+        import difflib  # error path only
+
+        hints = [f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, OPTIONS, n=1)) else ""
+                 for k in unknown]
+        raise RenderError("unknown option(s) " + ", ".join(f"{k!r}{h}" for k, h in zip(unknown, hints)) +
+                          "; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
     opts = dict(raw)
     if opts.get("parsers", "on") not in ("on", "off"):
         raise RenderError("option parsers must be 'on' or 'off'")

@@ -30,7 +30,7 @@ def test_version(capsys):
     (["rendr", "a3_pd"], "did you mean 'render'"),
     (["render", "a3_pdd", "--out", "x"], "did you mean 'a3_pd'"),
     (["preflight", "a3_pd", "--jsn"], "did you mean '--json'"),
-    (["render", "a3_pd", "--out", "x", "-o", "parser=off"], "unknown option"),
+    (["render", "a3_pd", "--out", "x", "-o", "parser=off"], "unknown option(s) 'parser' (did you mean 'parsers'?)"),
     (["render", "a3_pd", "--out", "x", "-o", "parsers"], "KEY=VALUE"),
     (["preflight"], "give a SCENARIO or --list"),
     (["faults", "--id", "S-DP-RANK"], "did you mean"),
