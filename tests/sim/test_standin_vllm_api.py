@@ -119,6 +119,25 @@ def test_tool_call_satisfies_schema(servers):
     assert len(args["city"]) >= 2 and 1 <= args["days"] <= 7 and args["unit"] in ("celsius", "fahrenheit")
 
 
+RACK = {"type": "function", "function": {"name": "locate_rack", "description": "Find the rack that holds a server node",
+        "parameters": {"type": "object", "required": ["rack"], "properties": {
+            "rack": {"type": "string", "pattern": "^R[0-9]{2}$"}}}}}
+
+
+def test_tool_choice_follows_the_question(servers):
+    """A real model answers an unrelated question itself and picks the tool the question is about."""
+    port = servers["ports"]["full"]
+    status, body, _ = request(port, "/v1/chat/completions", chat("What is the capital of France?", tools=TOOLS + [RACK]))
+    assert status == 200, body
+    assert "tool_calls" not in body["choices"][0]["message"] and body["choices"][0]["finish_reason"] == "stop"
+    status, body, _ = request(port, "/v1/chat/completions", chat("Which rack holds node p3?", tools=TOOLS + [RACK]))
+    call = body["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "locate_rack" and json.loads(call["arguments"]) == {"rack": "R00"}
+    status, body, _ = request(port, "/v1/chat/completions",
+                              chat("What is the capital of France?", tools=TOOLS + [RACK], tool_choice="required"))
+    assert body["choices"][0]["message"]["tool_calls"], "tool_choice required always calls a tool"
+
+
 def test_auto_tool_choice_without_flags_is_400(servers):
     status, body, _ = request(servers["ports"]["raw"], "/v1/chat/completions", chat(tools=TOOLS))
     assert status == 400
@@ -147,7 +166,8 @@ def test_streaming_chunk_shapes(servers):
 
 
 def test_streaming_tool_call_deltas(servers):
-    text = request(servers["ports"]["full"], "/v1/chat/completions", chat(tools=TOOLS, stream=True))[1]
+    text = request(servers["ports"]["full"], "/v1/chat/completions",
+                   chat("What is the weather in Paris?", tools=TOOLS, stream=True))[1]
     chunks = [c for c in sse(text) if c != "[DONE]"]
     deltas = [d for c in chunks for d in c["choices"][0]["delta"].get("tool_calls", [])]
     assert deltas[0]["function"] == {"name": "get_weather"} and deltas[0]["type"] == "function" and "id" in deltas[0]

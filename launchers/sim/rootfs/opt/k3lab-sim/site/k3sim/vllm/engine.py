@@ -68,7 +68,10 @@ class Engine:
             if mc is not None and mc.conn.is_consumer and params.get("do_remote_prefill"):
                 ok, reason = mc.pull(rid, params, n)
                 if ok:
-                    external = n - local
+                    # vllm-ascend's Mooncake connector reports the whole prompt as external on every
+                    # pull (do_remote_prefill), whatever the local cache holds or the prefix repeats
+                    stats["ext_queries"] = n
+                    external = n
                 elif mc.conn.load_failure_policy == "fail":
                     return {"error": {"status": 500, "message": "Internal server error", "cause": reason},
                             "stats": stats, "num_prompt_tokens": n}

@@ -19,6 +19,7 @@ from k3sim.vllm.config import ServeConfig
 from k3sim.vllm.errors import RequestError
 from k3sim.vllm.log import Logger
 from k3sim.vllm.metrics import Metrics
+from k3sim.vllm.output import model as sim_model
 from k3sim.vllm.output import parsers
 from k3sim.vllm.runtime import Runtime
 
@@ -189,9 +190,9 @@ class OpenAIServing:
             if match is None:
                 raise RequestError(f"Tool '{name}' has not been passed in `tools`.", param="tool_choice")
             return match, "named"
-        if not funcs or not funcs[0].get("name"):
+        if not funcs or not all(f.get("name") for f in funcs):
             raise RequestError("Each tool must be a function with a name.", param="tools")
-        return funcs[0], str(choice)
+        return funcs, str(choice)
 
     # ---- endpoints -------------------------------------------------------------------------------
     def chat(self, body: Any, headers: dict[str, str]) -> Reply:
@@ -200,6 +201,10 @@ class OpenAIServing:
         model = self._check_model(body)
         tool, tool_mode = self._tool_choice(body)
         ids, mm, render = self._render_chat(body)
+        if isinstance(tool, list):  # auto/required: the model picks the tool the question is about, or none
+            tool = sim_model.choose_tool(render.get("question", ""), tool, required=tool_mode == "required")
+            if tool is None:
+                tool_mode = "none"
         if tool is not None:
             render["tool"] = {"name": tool["name"], "parameters": tool.get("parameters")}
         sp = self._sampling(body, len(ids), chat=True)

@@ -7,6 +7,7 @@ section. Completions continue plain text. The text depends only on the prompt an
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from k3sim.vllm.cache import tokenize
@@ -28,6 +29,40 @@ def _image_text(images: list[dict[str, Any]]) -> str:
         lead = "The image" if len(images) == 1 else f"Image {i}"
         parts.append(f"{lead} is {img['width']}x{img['height']} pixels and is mostly {img['colour']}.")
     return " ".join(parts)
+
+
+_STOP = frozenset("a an and any are as at be by can do does for from get gets give how i in into is it its me my "
+                  "of on or our please show tell that the their this to use uses using was what when where which "
+                  "who why will with you your value values given returns return".split())
+
+
+def _terms(text: str) -> set[str]:
+    words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower().replace("_", " "))
+    return {w for w in words if w not in _STOP and len(w) > 2}
+
+
+def _relevance(question: str, func: dict[str, Any]) -> int:
+    """How many of a tool's name and description words the question mentions (``look up`` counts for
+    ``lookup``, ``forecasts`` for ``forecast``)."""
+    q_words = _terms(question)
+    q_joined = "".join(re.findall(r"[a-z0-9]+", question.lower()))
+    score = 0
+    for term in _terms(f"{func.get('name', '')} {func.get('description', '')}"):
+        if term in q_words or (len(term) > 4 and term in q_joined) or \
+                any(len(term) > 3 and (w.startswith(term) or term.startswith(w)) and len(w) > 3 for w in q_words):
+            score += 2 if term in _terms(func.get("name", "")) else 1
+    return score
+
+
+def choose_tool(question: str, funcs: list[dict[str, Any]], required: bool = False) -> dict[str, Any] | None:
+    """The tool a question is about (most name/description words in common; the first on a tie), or
+    None when it is about none of them, as a real model answers an unrelated question itself.
+    ``tool_choice: required`` always calls one."""
+    scores = [_relevance(question, f) for f in funcs]
+    best = max(range(len(funcs)), key=lambda i: (scores[i], -i))
+    if scores[best] == 0 and not required:
+        return None
+    return funcs[best]
 
 
 def answer(render: dict[str, Any], variant: int) -> str:
