@@ -50,6 +50,6 @@ _PATTERNS = st.sampled_from(["^[A-Z]{2}[0-9]{3}$", "^(ab|cd)+x?$", r"^\w+@\w+\.c
 @settings(max_examples=40, deadline=None)
 @given(pattern=_PATTERNS, lo=st.integers(0, 3), extra=st.integers(0, 10))
 def test_pattern_strings_match_within_lengths(pattern, lo, extra):
-    s = {"type": "string", "pattern": pattern, "minLength": lo, "maxLength": lo + extra + 12}
+    s = {"type": "string", "pattern": pattern, "minLength": lo, "maxLength": lo + extra + 40}
     value = schema.example(s)
     jsonschema.validate(value, s)
