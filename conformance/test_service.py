@@ -5,6 +5,7 @@ import base64
 import concurrent.futures
 import io
 import json
+import time
 import uuid
 
 import jsonschema
@@ -13,9 +14,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conformance.plugin import conformance
 
-# The request checks read per-engine counters before and after their own requests: they run one
-# after another on one xdist worker, so no other check's request moves the counters they compare.
-pytestmark = pytest.mark.xdist_group("service-requests")
+
+@pytest.fixture(autouse=True)
+def _one_request_check_at_a_time(run_dir):
+    """The request checks compare per-engine counters before and after their own requests, so
+    they run one at a time across xdist workers: no other check's request moves those counters."""
+    import fcntl
+
+    with open(run_dir / ".service-requests.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
 # One nonce per suite run: prompts that must be new to the caches stay new on a kept deployment.
 RUN_NONCE = uuid.uuid4().hex[:12]
 
@@ -263,6 +272,20 @@ def _served(http, api) -> dict[str, float]:
     return out
 
 
+def _settled(http, apis, timeout: float = 5.0) -> dict[str, dict[str, float]]:
+    """Counters of every API once they stop moving: an engine counts a request when its output
+    loop finishes it, which can be just after the client has its response."""
+    last = {a.url: _served(http, a) for a in apis}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = {a.url: _served(http, a) for a in apis}
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def _moved(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(before) | set(after)
             if after.get(k, 0.0) != before.get(k, 0.0)}
@@ -281,11 +304,11 @@ def test_dp_rank_routing(http, plan):
     api = plan.expect.apis[0]
     wrong = []
     for rank in api.dp_ranks:
-        before = _served(http, api)
+        before = _settled(http, [api])[api.url]
         r = http.post(f"{api.url}/v1/completions", headers={"X-data-parallel-rank": str(rank)}, timeout=60,
                       json={"model": plan.expect.served_name, "prompt": f"ping {RUN_NONCE}", "max_tokens": 4})
         assert r.status_code == 200, f"{api.node}: rank {rank}: {r.status_code} {r.text[:200]}"
-        moved = _moved(before, _served(http, api))
+        moved = _moved(before, _settled(http, [api])[api.url])
         if moved != {str(rank): 1.0}:
             wrong.append(f"pinned to rank {rank}, vllm:request_success_total moved on engines {moved or 'none'}")
     assert not wrong, (f"{api.node} ({api.url}): " + "; ".join(wrong) + ": the header does not pin requests (check "
@@ -306,7 +329,7 @@ def test_every_api_engine_serves(http, plan):
         ranks = api.dp_ranks if plan.expect.dp_routing and len(api.dp_ranks) > 1 else [None]
         for rank in ranks:
             headers = {"X-data-parallel-rank": str(rank)} if rank is not None else {}
-            before = {a.url: _served(http, a) for a in plan.expect.apis}
+            before = _settled(http, plan.expect.apis)
             try:
                 r = http.post(f"{api.url}/v1/completions", headers=headers, timeout=60,
                               json={"model": plan.expect.served_name, "prompt": f"path {RUN_NONCE} {api.node}",
@@ -317,7 +340,7 @@ def test_every_api_engine_serves(http, plan):
             if r.status_code != 200:
                 bad.append(f"{api.node} ({api.url}): {r.status_code} {r.text[:120]}")
                 continue
-            after = {a.url: _served(http, a) for a in plan.expect.apis}
+            after = _settled(http, plan.expect.apis)
             moved = {a.node: m for a in plan.expect.apis if (m := _moved(before[a.url], after[a.url]))}
             own = moved.pop(api.node, {})
             pinned = rank if rank is not None else (api.dp_ranks[0] if len(api.dp_ranks) == 1 else None)
@@ -388,7 +411,7 @@ def test_proxy_reaches_every_engine(http, plan):
     if not plan.expect.proxy:
         pytest.skip("no proxy in this scenario")
     engines = [a for a in plan.expect.apis if a.role in ("prefill", "decode")]
-    before = {a.url: sum(_served(http, a).values()) for a in engines}
+    before = {url: sum(c.values()) for url, c in _settled(http, engines).items()}
     n = 3 * len(engines)
 
     def one(i: int) -> int:
@@ -402,7 +425,7 @@ def test_proxy_reaches_every_engine(http, plan):
     with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
         codes = list(pool.map(one, range(n)))
     failed = [c for c in codes if c != 200]
-    after = {a.url: sum(_served(http, a).values()) for a in engines}
+    after = {url: sum(c.values()) for url, c in _settled(http, engines).items()}
     missed = [f"{a.role} {a.node} ({a.url})" for a in engines if after[a.url] <= before[a.url]]
     assert not missed and not failed, (
         f"of {n} concurrent requests through the proxy ({len(failed)} failed: {sorted(set(failed))}), none reached "

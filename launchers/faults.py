@@ -34,6 +34,8 @@ class Fault:
     at_start: dict = field(default_factory=dict)  # live, before the stages: {"hw": {node: faults}, ...}
     running: list[tuple[str, list[str]]] = field(default_factory=list)  # live: (node, command) after up
     message: str = ""  # text the gate failure must contain
+    # live, running: commands that undo the fault, so the next fault shares the bring-up
+    revert: list[tuple[str, list[str]]] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -283,7 +285,7 @@ _TEMPLATE = "/root/k3lab/run_dp_template.sh"
 # an edited script on a node no longer equals the rendered one: the golden check sees it too
 _EDITED_D = {f"test_staged_artefacts_match_rendered[d{i}]" for i in range(4)}
 # Conformance test ids a broken PD request path fails (all go through the proxy).
-_PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean", "test_image_request",
+_PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced", "test_streaming_content_is_clean", "test_image_request",
                 "test_external_cache_hits_on_repeated_prefix", "test_openai_client_parses_responses"}
 
 LIVE = [
@@ -300,15 +302,42 @@ LIVE = [
           running=[("p3", ["k3sim-fault", "add", "unreachable", "@vnic:d0:0"])]),
     Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
           running=[("p2", ["bash", "-c", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &"])]),
-    Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m", S(_PD_REQUESTS),
-          running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])]),
+    Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",
+          S(_PD_REQUESTS | {"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])],
+          revert=[("p0", ["k3sim-fault", "clear", "engine.drop_kv_handshake"])]),
     # The proxy's /healthcheck still counts 4 Decode instances (it never probes them); test_proxy_answers
     # sees them counted but silent. The Decode DP group goes down with its rank, as vLLM's does.
     Fault("L-DECODE-STOPPED", "a Decode engine stops (the proxy keeps counting and routing to it)", "a3_pd_1m",
-          S({"test_proxy_answers", "test_engine_ranks_claimed_once", *_PD_REQUESTS,
+          S({"test_proxy_answers", "test_engine_ranks_claimed_once", *_PD_REQUESTS, "test_every_api_engine_serves",
+             "test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine",
              *{f"test_{t}[d{i}:8000]" for t in ("health", "models_lists_served_name_and_limit", "max_model_len_enforced")
                for i in range(4)}, *{f"test_planned_ports_listen[d{i}]" for i in range(4)}}),
           running=[("d3", ["k3sim-fault", "set", "engine.crash_after_s", "0"])]),
+    # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
+    # reverted in place so the rows share one bring-up.
+    Fault("L-TOOL-FORCED", "the model calls the first tool whatever it is asked (served by d0)", "a3_pd_1m",
+          S({"test_tool_call", "test_tool_call_not_forced"}),
+          running=[("d0", ["k3sim-fault", "set", "engine.tool_choice_first", "true"])],
+          revert=[("d0", ["k3sim-fault", "clear", "engine.tool_choice_first"])]),
+    Fault("L-TOOL-ARGS", "tool arguments ignore the request's schema (\"rack\": \"rack\")", "a3_pd_1m",
+          S({"test_tool_call"}),
+          running=[("d0", ["k3sim-fault", "set", "engine.tool_args_blind", "true"])],
+          revert=[("d0", ["k3sim-fault", "clear", "engine.tool_args_blind"])]),
+    # The proxy sends sequential requests to d0 only: a Decode that cannot pull KV stays unseen
+    # except by the per-pair and concurrent checks. On-sample d2, off-sample d3.
+    Fault("L-KV-PULL-D2", "Decode d2 cannot reach the Prefill KV ports", "a3_pd_1m",
+          S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          running=[("d2", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
+          revert=[("d2", ["k3sim-fault", "clear", "engine.kv_pull_refused"])]),
+    Fault("L-KV-PULL-D3", "Decode d3 cannot reach the Prefill KV ports (off-sample)", "a3_pd_1m",
+          S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          running=[("d3", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
+          revert=[("d3", ["k3sim-fault", "clear", "engine.kv_pull_refused"])]),
+    Fault("L-DP-RANK-IGNORED", "the head API ignores X-data-parallel-rank (status codes stay right)", "k3_a3_mixed",
+          S({"test_dp_rank_routing", "test_every_api_engine_serves"}),
+          running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
+          revert=[("node0", ["k3sim-fault", "clear", "engine.ignore_dp_rank_header"])]),
     Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
           S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
           running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
@@ -321,19 +350,24 @@ LIVE = [
              "test_engine_ranks_claimed_once", "test_planned_ports_listen[node0]", "test_health[node0:8000]",
              "test_models_lists_served_name_and_limit[node0:8000]", "test_max_model_len_enforced[node0:8000]",
              "test_dp_rank_routing", "test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean",
+             "test_tool_call_not_forced", "test_every_api_engine_serves",
              "test_image_request", "test_openai_client_parses_responses"}),
           running=[("@docker", ["stop", "node3"])]),
     Fault("L-PROVIDER-SHORT", "F10 a provider registers 512 MB", "a3_pd_pooled", S({"gate:providers"}),
           at_start={"hw": {"d1": {"provider": {"dram_size": "512MB"}}}}, message="to report 8589934592 bytes"),
+    # the pool ring p0->p1->...->p7->p0 and the external-cache pair p0->p1: on-sample p1, off-sample p6
     Fault("L-HASH-SEED", "F11 one Prefill engine hashes with another seed", "k3_a3_pd",
-          S({"test_pool_hits_across_engines"}), at_start={"hw": {"p1": {"engine": {"hash_seed": "7"}}}}),
+          S({"test_pool_hits_across_engines", "test_external_cache_hits_on_repeated_prefix"}),
+          at_start={"hw": {"p1": {"engine": {"hash_seed": "7"}}}}),
+    Fault("L-HASH-SEED-P6", "F11 another Prefill engine hashes with another seed (off-sample)", "k3_a3_pd",
+          S({"test_pool_hits_across_engines"}), at_start={"hw": {"p6": {"engine": {"hash_seed": "7"}}}}),
     # P1 (PP rank 1) binds handshake ports 36016-36031; it starts in the workers stage
     Fault("L-KV-PORT-TAKEN", "F1/F2 a KV port is held before the engine starts", "a3_pd_1m", S({"gate:workers"}),
           at_start={"hold_port": {"p1": 36016}}, message="Address already in use"),
     Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
           S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
     Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
-          S({"test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean",
+          S({"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced", "test_streaming_content_is_clean",
              "test_openai_client_parses_responses", *_EDITED_D}),
           at_start={"edit": {d: [(_TEMPLATE, r"/--enable-auto-tool-choice\|--reasoning-parser\|--tool-call-parser/d")]
                              for d in ("d0", "d1", "d2", "d3")}}),
@@ -394,10 +428,21 @@ def inject(run, fault: Fault) -> None:
     time.sleep(1.5)  # processes notice faults within a second (engines and MetaService poll node.json)
 
 
+def _revert(run, fault: Fault) -> bool:
+    for node, cmd in fault.revert:
+        code, out = run.backend.exec(node, cmd)
+        if code != 0:
+            print(f"[faults] reverting {fault.id} on {node} failed ({out.strip()[:200]}): restarting", flush=True)
+            return False
+    time.sleep(1.5)  # as after injecting: processes re-read the node file within a second
+    return True
+
+
 def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
     from . import lifecycle
 
     rows: list[dict] = []
+    started = time.monotonic()
 
     def add(row: dict) -> None:  # print and save as we go: a live matrix takes minutes
         rows.append(row)
@@ -406,14 +451,17 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
         if report:
             report.parent.mkdir(parents=True, exist_ok=True)
             report.write_text(json.dumps(rows, indent=2))
+            report.with_suffix(".md").write_text(markdown(rows, time.monotonic() - started))
 
     faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
     for f in faults:
         if f.kind == "static":
             add(_row(f, run_static(f)))
     running: dict[str, object] = {}
+    # reversible faults first, so they share one bring-up per scenario; the rest restart after
+    in_place = sorted([f for f in faults if f.kind == "live" and f.running], key=lambda f: (f.scenario, not f.revert))
     try:
-        for f in [f for f in faults if f.kind == "live" and f.running]:
+        for f in in_place:
             run = running.get(f.scenario)
             if run is None:
                 try:
@@ -429,6 +477,8 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
                 add(_row(f, {f"injection failed: {exc}"}))
             else:
                 add(_row(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")))
+            if f.revert and _revert(run, f):
+                continue  # undone in place: the next fault of this scenario shares the deployment
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
             running.pop(f.scenario)
         for f in [f for f in faults if f.kind == "live" and f.at_start]:
@@ -457,6 +507,18 @@ def _row(f: Fault, observed: set[str], want: frozenset[str] | None = None) -> di
     want = f.expect if want is None else want
     return {"fault": f.id, "mode": f.mode, "scenario": f.scenario, "kind": f.kind, "expected": sorted(want),
             "observed": sorted(observed), "verdict": "ok" if set(observed) == set(want) else "MISMATCH"}
+
+
+def markdown(rows: list[dict], wall_s: float) -> str:
+    """The results table for build/ (and a closing note): one row per fault or baseline."""
+    ok = sum(r["verdict"] == "ok" for r in rows)
+    out = [f"# k3lab fault matrix: {ok}/{len(rows)} rows as intended, wall {wall_s:.0f} s", "",
+           "| fault | kind | scenario | mode | expected failing checks | observed failing checks | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['fault']} | {r['kind']} | {r['scenario']} | {r['mode']} | "
+                   f"{', '.join(r['expected']) or '(none)'} | {', '.join(r['observed']) or '(none)'} | {r['verdict']} |")
+    return "\n".join(out) + "\n"
 
 
 def print_table(rows: list[dict]) -> None:

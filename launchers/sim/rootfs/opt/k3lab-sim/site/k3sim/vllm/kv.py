@@ -214,6 +214,7 @@ class MooncakeSide:
             return self._failed(remote_rid, f"AssertionError: Conflict engine id {remote_engine} with local engine id "
                                 f"{self.engine_id}.")
         timeout = float(os.environ.get("K3SIM_KV_CONNECT_TIMEOUT_S", "2"))
+        refused = hw.faults("engine").get("kv_pull_refused")  # fault: this Decode cannot reach Prefill KV ports
         try:
             targets = self._remote_ports(params)
         except (KeyError, TypeError, ValueError) as exc:
@@ -223,6 +224,8 @@ class MooncakeSide:
         session = ""
         for host, port, offset in targets:
             try:
+                if refused:
+                    raise ConnectionRefusedError(111, "Connection refused")
                 chan = wire.connect(host, port, timeout)
             except OSError as exc:
                 return self._failed(remote_rid, f"handshake with tcp://{host}:{port} failed: {exc.strerror or exc}")

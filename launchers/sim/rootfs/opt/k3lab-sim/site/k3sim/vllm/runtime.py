@@ -226,7 +226,8 @@ class Runtime:
                 if not 0 <= index < len(ranks):
                     raise RequestError(f"data_parallel_rank {index} is out of range [0, {len(ranks)}).",
                                        param="data_parallel_rank")
-                return ranks[index]
+                if not hw.faults("engine").get("ignore_dp_rank_header"):  # fault: the header is not honoured
+                    return ranks[index]
         with self._lock:
             low = min(self.inflight[r] for r in ranks)
             cands = [r for r in ranks if self.inflight[r] == low]

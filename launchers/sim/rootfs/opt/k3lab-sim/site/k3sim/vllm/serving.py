@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from k3sim import hw
 from k3sim.vllm import cache
 from k3sim.vllm.config import ServeConfig
 from k3sim.vllm.errors import RequestError
@@ -201,12 +202,18 @@ class OpenAIServing:
         model = self._check_model(body)
         tool, tool_mode = self._tool_choice(body)
         ids, mm, render = self._render_chat(body)
+        fault = hw.faults("engine")
         if isinstance(tool, list):  # auto/required: the model picks the tool the question is about, or none
-            tool = sim_model.choose_tool(render.get("question", ""), tool, required=tool_mode == "required")
+            # fault tool_choice_first: the model calls the first tool whatever it is asked
+            tool = tool[0] if fault.get("tool_choice_first") else                 sim_model.choose_tool(render.get("question", ""), tool, required=tool_mode == "required")
             if tool is None:
                 tool_mode = "none"
         if tool is not None:
-            render["tool"] = {"name": tool["name"], "parameters": tool.get("parameters")}
+            params = tool.get("parameters")
+            if fault.get("tool_args_blind") and isinstance(params, dict):  # fault: arguments ignore the schema
+                props = params.get("properties") or {}
+                params = {"type": "object", "required": list(props), "properties": {k: {} for k in props}}
+            render["tool"] = {"name": tool["name"], "parameters": params}
         sp = self._sampling(body, len(ids), chat=True)
         parse = {"reasoning": self.reasoning and body.get("include_reasoning", True) is not False,
                  "reasoning_enabled": self.reasoning,
