@@ -73,7 +73,7 @@ def test_every_scenario_has_an_example_lab_inventory():
 
 # ------------------------------------------------------------------ hostile inventories (Hypothesis)
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 junk = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True) |
@@ -95,8 +95,15 @@ def hostile(draw):
     return data
 
 
+def _rank_true() -> dict:
+    data = base()
+    data["nodes"][0]["rank"] = True  # issue 13: read as 1, no head node, render crashed with IndexError
+    return data
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile())
+@example(_rank_true()).via("issue 13: found only on some random seeds before")
 def test_hostile_inventory_is_valid_or_one_clear_error(data):
     """Malformed input never crashes: it parses, or raises InventoryError naming fields."""
     try:
