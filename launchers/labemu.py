@@ -37,6 +37,8 @@ from pathlib import Path
 
 import yaml
 
+from .errors import EnvError
+
 BRIDGE = "k3emu0"
 SUBNET = ipaddress.ip_network("10.213.0.0/24")
 GATEWAY = "10.213.0.1"
@@ -50,8 +52,8 @@ FIXTURES = REPO / "fixtures"
 SITE = Path(__file__).resolve().parent / "sim" / "rootfs" / "opt" / "k3lab-sim" / "site"
 
 
-class LabEmuError(RuntimeError):
-    pass
+class LabEmuError(EnvError, RuntimeError):
+    """The emulated lab cannot be built or reached on this machine (exit code 3)."""
 
 
 def _log(msg: str) -> None:
@@ -468,7 +470,7 @@ def status() -> list[dict]:
 
 def cmd_labemu(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
-        raise SystemExit("k3lab labemu: needs root (network namespaces, engines, sshd)")
+        raise EnvError("k3lab labemu: needs root (network namespaces, engines, sshd)")
     try:
         if args.action == "up":
             up(args.nodes, args.scenario, Path(args.out), args.endpoints)
@@ -484,4 +486,4 @@ def cmd_labemu(args: argparse.Namespace) -> int:
         return 0
     except LabEmuError as exc:
         print(f"k3lab labemu: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import preflight, render
 from .backends import DEFAULT_ENDPOINT, LABEL, Backend, LabBackend, SimBackend, remove_by_label
 from .endpoints import ClientPool, SshOptions, describe
-from .errors import ChecksFailed, EnvError
+from .errors import ChecksFailed, EnvError, UsageError
 from .plan import Gate, Plan, Process
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
@@ -506,7 +506,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .cli import _kv
 
     if not args.inventory:
-        raise SystemExit("k3lab check: give the lab inventory of the running deployment (-i lab.yaml)")
+        raise UsageError("k3lab check: give the lab inventory of the running deployment (-i lab.yaml)")
     run = attach(args.scenario, args.inventory, _kv(args.option))
     code = _suite(run, args)
     run.save("attached")
