@@ -62,9 +62,10 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
             add("a5-parsers", "seed", "adds --enable-auto-tool-choice --reasoning-parser kimi_k3 --tool-call-parser kimi_k3",
                 "the 950DT templates set only --tokenizer-mode; §5.1.1 and §10 say to configure the parsers together "
                 "for reasoning and tool calling (option parsers=off renders the bare template)")
-        add("a5-engine-id", "kit", "ENGINE_ID is 'prefill' on every P node (one PP engine) and 'decode' on every D node",
-            "the guide asks for a unique id per engine; the four P nodes form one engine, and vLLM suffixes the "
-            "Decode id with _dp<rank>")
+        add("a5-engine-id", "kit", "ENGINE_ID is 'prefill' on every P node (one PP engine) and 'decode<rank>' on "
+            "each D node (inventory engine_id overrides)",
+            "the guide asks for a unique <PREFILL_ENGINE_ID>/<DECODE_ENGINE_ID> per engine; the four P nodes form one "
+            "engine, each D node is its own")
         if sc.params.get("pooled"):
             add("a5-mmc-protocol", "seed", "950DT client configs use protocol device_sdma like the A3 reference",
                 "§5.3.2 gives no 950DT protocol; set the one your fabric supports (device_urma/device_uboe)")

@@ -95,7 +95,7 @@ def render_text(sid: str) -> str:
         out += [f"  - name: {node.name}", f"    role: {node.role}", f"    rank: {node.rank}",
                 f"    local_ip: {ip}", "    nic: enp189s0f0", f"    endpoint: ssh://root@{ip}"]
         if sc.platform == "950DT" and node.role in ("prefill", "decode"):
-            out.append(f"    # engine_id: {node.role}  # 950DT ENGINE_ID (default: the role)")
+            out.append(f"    # engine_id: {node.role}  # 950DT ENGINE_ID (default: prefill / decode<rank>)")
         out.append("    # container_name: vllm-ascend  # distinct names when nodes share an endpoint")
     return "\n".join(out) + "\n"
 

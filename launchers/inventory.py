@@ -49,6 +49,12 @@ class InventoryError(InputError, ValueError):
     """Bad inventory: one line per problem, each naming the field (exit code 2)."""
 
 
+# mmc-local.conf: sizes like 134217728, 2048KB, 200MB, 2.5GB, 1TB; the protocols MemCache 1.3.0 accepts.
+MMC_SIZE_RE = r"[0-9]+(?:\.[0-9]+)?(?:KB|MB|GB|TB)?"
+MmcProtocol = Literal["device_rdma", "device_urma", "device_uboe", "device_sdma", "host_shm", "host_urma",
+                      "host_rdma", "host_tcp"]
+
+
 class _Strict(BaseModel):
     # strict: no bool or float for an int, no number for a string (YAML's 'yes' and 8000 stay what they are)
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -155,8 +161,17 @@ class Node(_Strict):
     container_name: str | None = Field(None, description="container name (default: the guide's); nodes that share "
                                        "an endpoint need distinct names", examples=["vllm-ascend-p0"],
                                        json_schema_extra=_pattern(IDENT_RE))
-    engine_id: str | None = Field(None, description="950DT ENGINE_ID of this node (default: its role)",
+    engine_id: str | None = Field(None, description="950DT ENGINE_ID of this node (default: 'prefill' on P nodes, "
+                                  "'decode<rank>' on D nodes)",
                                   examples=["prefill"], json_schema_extra=_pattern(IDENT_RE))
+    # MemCache sizes the pool per node and per fabric (K3.1 Pro §5.3.2); None keeps the guide's values.
+    memcache_dram_size: str | None = Field(
+        None, description="ock.mmc.local_service.dram.size of the pool members on this node (standalone provider "
+        "on A3, engine client on 950DT; default: the guide's 1GB); engine clients beside a provider keep 0GB",
+        examples=["40GB"], pattern=f"^(?:{MMC_SIZE_RE})$")
+    memcache_protocol: MmcProtocol | None = Field(
+        None, description="ock.mmc.local_service.protocol of this node's MemCache clients (default: the guide's "
+        "device_sdma)", examples=["device_rdma"])
 
     @field_validator("name")
     @classmethod

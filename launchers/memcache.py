@@ -6,6 +6,8 @@ members (K3 8P8D, 950DT pooled) their client config contributes the guide's 1GB.
 """
 from __future__ import annotations
 
+import re
+
 from .catalog import Scenario
 from .inventory import Inventory, Node
 from .scripts import Cmd, export, runtime_env_effect
@@ -44,13 +46,35 @@ def meta_conf(ip: str, inv: Inventory) -> str:
             "ock.mmc.log_level = info\n")
 
 
-def local_conf(ip: str, inv: Inventory, dram: str) -> str:
+GUIDE_DRAM_SIZE = "1GB"  # K3.1 Pro §5.3.2: the guide's default per LocalService
+GUIDE_PROTOCOL = "device_sdma"  # the A3 reference; the inventory sets another per node and fabric
+
+
+_UNITS = {"": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def size_bytes(size: str, protocol: str) -> int:
+    """What MemCache registers for ``dram.size``: aligned up to 1 GB (device_*) or 2 MB (host_*)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(KB|MB|GB|TB)?", size)
+    if not m:
+        raise ValueError(f"dram.size {size!r} is not a MemCache size")
+    raw = int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+    align = 1 << 30 if protocol.startswith("device_") else 2 << 20
+    return -(-raw // align) * align
+
+
+def member_bytes(node: Node) -> int:
+    """The DRAM one node's pool member contributes (provider or 950DT engine client)."""
+    return size_bytes(node.memcache_dram_size or GUIDE_DRAM_SIZE, node.memcache_protocol or GUIDE_PROTOCOL)
+
+
+def local_conf(ip: str, inv: Inventory, dram: str, protocol: str = GUIDE_PROTOCOL) -> str:
     p = inv.ports
     return (f"ock.mmc.meta_service_url = tcp://{ip}:{p.meta_service}\n"
             f"ock.mmc.local_service.config_store_url = tcp://{ip}:{p.config_store}\n"
             "ock.mmc.log_level = info\n"
             "ock.mmc.local_service.world_size = 256\n"
-            "ock.mmc.local_service.protocol = device_sdma\n"
+            f"ock.mmc.local_service.protocol = {protocol}\n"
             f"ock.mmc.local_service.dram.size = {dram}\n"
             "ock.mmc.local_service.max.dram.size = 1024GB\n")
 
@@ -67,14 +91,16 @@ def files_for(sc: Scenario, inv: Inventory, node: Node, meta: Node | None) -> di
         out["runtime_env.sh"] = (RUNTIME_ENV, f"{d}/runtime_env.sh")
     if node.name == meta.name:
         out["mmc-meta.conf"] = (meta_conf(meta.local_ip, inv), f"{d}/mmc-meta.conf")
+    dram, proto = node.memcache_dram_size or GUIDE_DRAM_SIZE, node.memcache_protocol or GUIDE_PROTOCOL
     if sc.pool == "providers" and engine:
-        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, "0GB"), f"{d}/mmc-local.conf")
-        out["mmc-local-standalone.conf"] = (local_conf(meta.local_ip, inv, "1GB"), f"{d}/mmc-local-standalone.conf")
+        # engine clients keep 0GB beside a provider, to avoid allocating the node's share twice (§5.3.2)
+        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, "0GB", proto), f"{d}/mmc-local.conf")
+        out["mmc-local-standalone.conf"] = (local_conf(meta.local_ip, inv, dram, proto), f"{d}/mmc-local-standalone.conf")
         out["memcache_standalone.py"] = (STANDALONE, f"{d}/memcache_standalone.py")
     elif sc.family == "k31_a5" and engine:
-        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, "1GB"), f"{d}/nodes/{node.name}/mmc-local.conf")
+        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, dram, proto), f"{d}/nodes/{node.name}/mmc-local.conf")
     elif sc.family == "k3_pd" and node.role == "prefill":
-        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, "1GB"), f"{d}/mmc-local.conf")
+        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, dram, proto), f"{d}/mmc-local.conf")
     return out
 
 

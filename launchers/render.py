@@ -41,6 +41,12 @@ PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
 GIB = 1024 ** 3
 
 
+def _default_engine_id(node: Node) -> str:
+    """950DT ENGINE_ID: the guide asks for a unique id per engine. The P nodes form one PP engine
+    ('prefill'); every D node is its own engine ('decode0', 'decode1', ... by DP start rank)."""
+    return f"decode{node.rank}" if node.role == "decode" else node.role
+
+
 class RenderError(InputError, ValueError):
     """The scenario and options cannot be rendered (exit code 2)."""
 
@@ -242,7 +248,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         # --- engine
         if node.role in sc.roles:
             ctx = Ctx(sc=sc, inv=inv, node=node, model=model, draft=draft, head_ip=heads[node.role].local_ip,
-                      parsers=parsers, engine_id=node.engine_id or node.role)
+                      parsers=parsers, engine_id=node.engine_id or _default_engine_id(node))
             engine = ENGINE_SCRIPTS[sc.family](ctx)
             launcher_style = sc.family == "k3_pd" or (sc.pd and node.role == "decode")
             engine_name = "run_dp_template.sh" if sc.pd else "start_engine.sh"
@@ -332,8 +338,9 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         meta = MetaExpect(url=f"tcp://{meta_node.local_ip}:{inv.ports.meta_service}",
                           metrics_url=f"http://{meta_node.local_ip}:{inv.ports.meta_metrics}")
         if sc.pool == "providers":
-            count = sum(sc.roles.values())
-            meta = meta.model_copy(update=dict(segments=count, segment_bytes=GIB, total_bytes=count * GIB))
+            sizes = [memcache.member_bytes(n) for n in inv.nodes if n.role in sc.roles]
+            meta = meta.model_copy(update=dict(segments=len(sizes), total_bytes=sum(sizes),
+                                               segment_bytes=sizes[0] if len(set(sizes)) == 1 else None))
     expect = Expect(
         served_name=sc.served_name, model_path=model, max_model_len=sc.max_model_len,
         apis=apis, entrypoint=proxy_url or apis[0].url, proxy=proxy_url,
@@ -454,7 +461,7 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
         gates = [Gate(kind="log", node=p.node, target="Successfully initialized memcache.", process=p.id)
                  for p in by_kind["provider"]]
         gates.append(Gate(kind="metaservice_capacity", node=ms.node, target=f"{ms.api}/metrics", process=ms.id,
-                          expect=len(by_kind["provider"]) * GIB))
+                          expect=sum(memcache.member_bytes(inv.node(p.node)) for p in by_kind["provider"])))
         stages.append(Stage(name="providers", processes=[p.id for p in by_kind["provider"]], gates=gates, timeout_s=600))
     head_procs = [p for p in starters if p.node in head_names]
     head_gates = []

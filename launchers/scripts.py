@@ -447,7 +447,8 @@ def k31_a5(ctx: Ctx) -> Script:
             st.append(setv("LOOKUP_RPC_PORT", 0))
         else:
             st.append(Computed("LOOKUP_RPC_PORT", "$(($4 + 4))", lambda s: str(int(s.get("4")) + 4)))
-        st += [Line([w(":"), w('"${MMC_LOCAL_CONFIG_PATH:?Load the node-specific pool environment before starting vLLM}"')]),
+        # The guide's guard is a real expansion (``: "${VAR:?msg}"``): it aborts when the variable is unset.
+        st += [Raw(': "${MMC_LOCAL_CONFIG_PATH:?Load the node-specific pool environment before starting vLLM}"'),
                Line(words("test", "-r", w(Var("MMC_LOCAL_CONFIG_PATH")))),
                export("LD_LIBRARY_PATH", MOONCAKE_LIB + ":", Var("LD_LIBRARY_PATH", default_empty=True))]
     c = Cmd("vllm", "serve", ctx.model)("--host", "0.0.0.0")
