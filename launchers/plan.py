@@ -16,11 +16,20 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+DP_RPC_PURPOSE = "DP RPC (--data-parallel-rpc-port)"
+
+
 class PortUse(_Model):
     port: int
     last: int | None = Field(None, description="end of a port range, inclusive")
     purpose: str
     listens: bool = Field(True, description="the process binds it (False: a range it may pick from)")
+
+    @property
+    def startup_only(self) -> bool:
+        """Bound during start-up only: vLLM closes the DP RPC (handshake) port once the engines have
+        handshaken, so a healthy deployment does not listen on it (preflight still needs it free)."""
+        return self.purpose == DP_RPC_PURPOSE
 
     @property
     def span(self) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from .catalog import OPTIONS, Scenario
 from .errors import InputError
 from .inventory import PATH_RE, Inventory, InventoryError, Node
 from .plan import (
+    DP_RPC_PURPOSE,
     ApiEndpoint,
     Artefact,
     Container,
@@ -269,7 +270,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                     rank = int(pos[3])
                     ports = [PortUse(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
                     if rank == 0 and dp_size > 1:
-                        ports.append(PortUse(port=int(pos[5]), purpose="DP RPC (--data-parallel-rpc-port)"))
+                        ports.append(PortUse(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
                     ports += _hccl_ports(env)
                     api = f"http://{node.local_ip}:{pos[1]}"
                     children.append(Process(
@@ -295,7 +296,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                     ports.append(PortUse(port=int(_flag(argv, "--master-port")), purpose="PP master (--master-port)"))
                 if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
                     ports.append(PortUse(port=int(_flag(argv, "--data-parallel-rpc-port")),
-                                         purpose="DP RPC (--data-parallel-rpc-port)"))
+                                         purpose=DP_RPC_PURPOSE))
                 ports += _kv_ports(argv, pp_rank or 0, 0)
                 ports += _hccl_ports(env)
                 procs.append(Process(

@@ -99,6 +99,8 @@ class Runtime:
         if self.dp_server is not None:
             self.dp_server.wait_loaded(deadline_head, lambda: True)
             self.dp_server.start({})
+            if self.dp_server.kind == "dp":
+                self.dp_server.close_listener()  # as real vLLM: the handshake port listens only during start-up
         for r, client in self.dp_clients.items():
             client.loaded(info, time.time() + ready_timeout(300))
             threading.Thread(target=self._dp_serve, args=(r, client), daemon=True).start()

@@ -79,6 +79,15 @@ class GroupServer:
             raise _bind_error(self.kind, exc, self.host, self.port) from None
         threading.Thread(target=self._accept, daemon=True).start()
 
+    def close_listener(self) -> None:
+        """Stop accepting: vLLM binds the DP RPC port in a ``with`` block of ``launch_core_engines`` and
+        closes it once the engines have handshaken. Members keep their established connections."""
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+
     def _accept(self) -> None:
         assert self._sock is not None
         while True:
