@@ -379,13 +379,15 @@ LIVE = [
                              for d in ("d0", "d1", "d2", "d3")}}),
     # the Decode DP group refuses a rank whose config differs, so this is caught at launch
     Fault("L-MAXLEN-WRONG", "max_model_len 204800 on one Decode of a 1M scenario", "a3_pd_1m", S({"gate:workers"}),
+          message="Configuration mismatch detected",
           at_start={"edit": {"d2": [(_TEMPLATE, "s/--max-model-len 1048576/--max-model-len 204800/")]}}),
     Fault("L-IMAGE-PD", "F16 image requests fail under PD (Decode started language-model-only)", "a3_pd_1m",
           S({"test_image_request", *_EDITED_D}),
           at_start={"edit": {d: [(_TEMPLATE, r"s/^--skip-mm-profiling \\$/--skip-mm-profiling --language-model-only \\/")]
                              for d in ("d0", "d1", "d2", "d3")}}),
     Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
-          at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}}, message="exited"),
+          at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
+          message="Device 7 Health Status: Alarm"),
 ]
 CATALOG = {f.id: f for f in STATIC + LIVE}
 
