@@ -12,6 +12,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -148,13 +149,61 @@ def live(scenario: str, conformance: bool = True) -> dict:
             t = time.perf_counter()
             cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), f"--run-dir={run.dir}", "-q",
                    "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
-            proc_res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            with tempfile.TemporaryDirectory() as trips:
+                proc_res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                                          env={**os.environ, "K3LAB_ROUND_TRIPS": trips})
+                result["exec_round_trips_per_node"] = round_trips(trips)
             result["conformance_s"] = round(time.perf_counter() - t, 2)
             result["conformance_summary"] = (proc_res.stdout.strip().splitlines() or [""])[-1]
     finally:
         lifecycle.down(run)
         result["timings"]["teardown_s"] = run.timings.get("teardown_s")
         result["cycle_s"] = round(time.perf_counter() - t0, 2)
+    return result
+
+
+def round_trips(directory: str) -> dict[str, int]:
+    """docker exec calls per node made by the suite (``launchers.endpoints.NodeHost`` counts them)."""
+    counts: dict[str, int] = {}
+    for f in Path(directory).iterdir():
+        node = f.name.rsplit(".", 1)[0]
+        counts[node] = counts.get(node, 0) + len(f.read_text())
+    return dict(sorted(counts.items()))
+
+
+def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
+    """The emulated-lab cycle over ssh:// and tcp:// endpoints: wall time and round trips per node."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("nsenter"):
+        return {"skipped": "needs root and nsenter (k3lab labemu)"}
+    from . import labemu
+
+    result: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        inv = Path(tmp) / "lab.yaml"
+        t = time.perf_counter()
+        try:
+            labemu.up(None, scenario, inv)
+            result["labemu_up_s"] = round(time.perf_counter() - t, 2)
+            trips = Path(tmp) / "trips"
+            trips.mkdir()
+            t = time.perf_counter()
+            res = subprocess.run([sys.executable, "-m", "launchers.cli", "cycle", scenario, "-i", str(inv)],
+                                 capture_output=True, text=True, timeout=1800, cwd=tmp,
+                                 env={**os.environ, "K3LAB_ROUND_TRIPS": str(trips), "K3LAB_RUNS": str(Path(tmp) / "runs")})
+            result["cycle_s"] = round(time.perf_counter() - t, 2)
+            result["exit"] = res.returncode
+            result["conformance_summary"] = next((ln.strip("= ") for ln in reversed(res.stdout.splitlines())
+                                                  if " passed" in ln or " failed" in ln), "")
+            result["exec_round_trips_per_node"] = round_trips(str(trips))
+            result["endpoints"] = sorted({n["endpoint"].split(":")[0] for n in
+                                          __import__("yaml").safe_load(inv.read_text())["nodes"]})
+            for line in res.stdout.splitlines():
+                if " is up in " in line:
+                    result["up_s"] = float(line.split(" is up in ")[1].split("s")[0])
+        finally:
+            labemu.down()
     return result
 
 
@@ -165,6 +214,9 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
            "render_preflight": render_preflight(), "cli_render_preflight": cli_processes()}
     if with_live:
         doc["scenarios"] = {sid: live(sid) for sid in scenarios}
+        doc["targets"]["lab_a3_pd_1m_cycle_s"] = 60
+        doc["targets"]["exec_round_trips_per_node"] = 10
+        doc["lab_a3_pd_1m"] = lab_cycle("a3_pd_1m")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=2))
     cli = doc["cli_render_preflight"]
@@ -172,5 +224,7 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
                       "cli_render_preflight_24_processes": {k: cli[k] for k in (
                           "best_wall_s", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s", "load_average")},
                       **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
-                         for sid, r in doc.get("scenarios", {}).items()}}, indent=2))
+                         for sid, r in doc.get("scenarios", {}).items()},
+                      "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
+                                       if k in ("cycle_s", "up_s", "exec_round_trips_per_node", "skipped")}}, indent=2))
     return 0

@@ -167,22 +167,22 @@ class NodeHost:
     def name(self) -> str:
         return f"{self.node} ({describe(self.endpoint)})"
 
-    def _container(self):
-        return self.pool.get(self.endpoint).containers.get(self.container)
-
     def exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None) -> CommandResult:
+        """One docker exec (create, start, inspect), addressed by container name: no extra inspect call."""
         with self._lock:
             self.round_trips += 1
         _record_round_trip(self.node)
+        api = self.pool.get(self.endpoint).api
         try:
-            res = self._container().exec_run(["timeout", str(self.timeout), *argv], environment=env or None,
-                                             workdir=workdir, demux=True)
+            ex = api.exec_create(self.container, ["timeout", str(self.timeout), *argv], environment=env or None,
+                                 workdir=workdir)
+            out, err = api.exec_start(ex["Id"], demux=True)
+            rc = api.exec_inspect(ex["Id"]).get("ExitCode")
         except docker.errors.NotFound:
             raise AssertionError(f"{self.name}: container {self.container} does not exist on {self.endpoint}") from None
         except docker.errors.APIError as exc:
             raise AssertionError(f"{self.name}: docker exec in {self.container} failed: {exc.explanation or exc}") from None
-        out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
-        return CommandResult(command=" ".join(argv), rc=res.exit_code if res.exit_code is not None else -1,
+        return CommandResult(command=" ".join(argv), rc=rc if rc is not None else -1,
                              stdout=(out or b"").decode(errors="replace"), stderr=(err or b"").decode(errors="replace"),
                              host=self.name)
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
@@ -63,6 +63,8 @@ class Run:
     rendered: render.Rendered
     backend: Backend
     timings: dict[str, float]
+    # per node: what the guide's interactive shell (~/.bashrc, set_env.sh) adds to a bare docker exec
+    shell_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def state(self, status: str) -> dict:
         return {"run": self.id, "status": status, "scenario": self.plan.scenario, "target": self.plan.target,
@@ -89,7 +91,8 @@ def start_process(run: Run, proc: Process) -> None:
     pid = pid_file(proc)
     cmd = ("mkdir -p \"$(dirname \"$K3_PID\")\" \"$(dirname \"$K3_LOG\")\" && echo $$ > \"$K3_PID\" && "
            "exec bash \"$K3_SCRIPT\" >> \"$K3_LOG\" 2>&1")
-    env = {"K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
+    # the environment the guide's interactive shell has in this image (shell parity), then the kit's own
+    env = {**run.shell_env.get(proc.node, {}), "K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
     if run.plan.target == "sim":
         env["K3SIM_LOAD_SECONDS"] = os.environ.get("K3SIM_LOAD_SECONDS", "0.3")
         # the stand-in reports the vLLM-Ascend version its guide was validated on
@@ -112,6 +115,44 @@ def alive(run: Run, proc: Process) -> bool:
 def log_tail(run: Run, proc: Process, lines: int = 20) -> str:
     _, out = run.backend.exec(proc.node, ["tail", "-n", str(lines), proc.log], timeout=10)
     return out
+
+
+# ------------------------------------------------------------------------------- shell parity
+
+_SPLIT = "\0@@k3lab-interactive@@\0"
+# one round trip: the bare docker exec environment, then the interactive shell's (reads ~/.bashrc)
+SHELL_PARITY = 'env -0; printf "\\0@@k3lab-interactive@@\\0"; bash -ic "env -0" 2>/dev/null </dev/null'
+SHELL_NOISE = {"_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "PS4", "HISTFILE", "HISTSIZE", "HISTFILESIZE",
+               "HISTCONTROL", "COLUMNS", "LINES", "TERM", "BASHOPTS", "SHELLOPTS"}
+
+
+def _env0(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split("\0"):
+        if "=" in item:
+            k, v = item.split("=", 1)
+            out[k] = v
+    return out
+
+
+def shell_env(run: Run, node) -> dict[str, str]:
+    """Variables the guide's interactive shell has that a bare ``docker exec`` lacks or has otherwise.
+
+    The difference goes to ``evidence/<node>/shell-env.txt``; processes are started with it, so the
+    engine scripts see what an operator's ``docker exec -it ... bash`` sees (LD_LIBRARY_PATH,
+    LD_PRELOAD, CANN set_env.sh)."""
+    code, out = run.backend.exec(node.name, ["bash", "-c", SHELL_PARITY], timeout=30)
+    bare_raw, found, shell_raw = out.partition(_SPLIT)
+    bare, shell = _env0(bare_raw), _env0(shell_raw) if found else {}
+    delta = {k: v for k, v in shell.items() if bare.get(k) != v and k not in SHELL_NOISE}
+    lines = [f"# {node.name}: environment of the guide's interactive shell (bash -i: ~/.bashrc) vs a bare docker exec",
+             f"# exit {code}; {len(delta)} variable(s) differ; processes are started with the interactive values"]
+    for k in sorted(set(delta) | {k for k in bare if k not in shell and k not in SHELL_NOISE and found}):
+        lines.append(f"{k}\n  docker exec: {bare.get(k, '(unset)')}\n  login shell: {shell.get(k, '(unset)')}")
+    ndir = run.dir / "evidence" / node.name
+    ndir.mkdir(parents=True, exist_ok=True)
+    (ndir / "shell-env.txt").write_text(_redact("\n".join(lines) + "\n"))
+    return delta
 
 
 # -------------------------------------------------------------------------------------- gates
@@ -269,6 +310,12 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         run.backend.parallel(run.backend.start, plan.nodes)
         run.backend.after_start()
         run.timings["containers_s"] = time.monotonic() - t
+        t = time.monotonic()
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            run.shell_env = dict(zip([n.name for n in plan.nodes], pool.map(lambda n: shell_env(run, n), plan.nodes)))
+        run.timings["shell_env_s"] = time.monotonic() - t
         run.save("starting")
         launched: list[str] = []
         for stage in plan.stages:

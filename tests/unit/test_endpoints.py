@@ -8,43 +8,41 @@ from launchers import endpoints
 from launchers.endpoints import ClientPool, NodeHost, SshOptions, hosts_from_state
 
 
-class _Exec:
-    def __init__(self, code, out, err=b""):
-        self.exit_code, self.output = code, (out, err)
+class _Api:
+    def __init__(self, endpoint, log):
+        self.endpoint, self.log, self.execs = endpoint, log, {}
 
+    def exec_create(self, container, argv, environment=None, workdir=None):
+        self.log.append((self.endpoint, container))
+        self.execs[str(len(self.execs))] = argv
+        return {"Id": str(len(self.execs) - 1)}
 
-class _Container:
-    def __init__(self, log):
-        self.log = log
-
-    def exec_run(self, argv, **kw):
-        self.log.append(argv)
-        cmd = argv[-1]
-        if "fail" in cmd:
-            return _Exec(3, b"", b"boom\n")
+    def exec_start(self, exec_id, demux):
+        argv = self.execs[exec_id]
+        if "fail" in argv[-1]:
+            return b"", b"boom\n"
         if argv[2:] == ["cat", "/missing"]:
-            return _Exec(1, b"", b"No such file")
-        return _Exec(0, b"out\n")
+            return b"", b"No such file"
+        return b"out\n", b""
+
+    def exec_inspect(self, exec_id):
+        argv = self.execs[exec_id]
+        return {"ExitCode": 3 if "fail" in argv[-1] else 1 if argv[2:] == ["cat", "/missing"] else 0}
 
 
 class _Client:
     def __init__(self, endpoint, log):
-        self.endpoint = endpoint
-        self.containers = self
-        self.log = log
-
-    def get(self, name):
-        self.log.append((self.endpoint, name))
-        return _Container(self.log)
+        self.api = _Api(endpoint, log)
 
 
 class _Pool(ClientPool):
     def __init__(self):
         super().__init__()
         self.log = []
+        self.clients = {}
 
     def get(self, endpoint):
-        return _Client(endpoint, self.log)
+        return self.clients.setdefault(endpoint, _Client(endpoint, self.log))
 
 
 def test_hosts_use_each_nodes_own_endpoint():
