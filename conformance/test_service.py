@@ -428,9 +428,10 @@ def test_proxy_reaches_every_engine(http, plan):
     after = {url: sum(c.values()) for url, c in _settled(http, engines).items()}
     missed = [f"{a.role} {a.node} ({a.url})" for a in engines if after[a.url] <= before[a.url]]
     assert not missed and not failed, (
-        f"of {n} concurrent requests through the proxy ({len(failed)} failed: {sorted(set(failed))}), none reached "
-        f"{', '.join(missed) or 'no engine missed'}: check the proxy's --prefiller-hosts/--decoder-hosts and that "
-        "the proxy node reaches those engines' API ports")
+        f"of {n} concurrent requests through the proxy, {len(failed)} failed (HTTP {sorted(set(failed))})"
+        + (f" and none reached {', '.join(missed)}" if missed else "")
+        + ": check the proxy's --prefiller-hosts/--decoder-hosts, that the proxy node reaches those engines' API "
+        "ports and that each Decode reaches the Prefill KV ports (test_decode_pulls_kv_from_every_prefill)")
 
 
 def _external(http, plan, apis=None) -> tuple[float, float]:
