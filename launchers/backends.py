@@ -208,8 +208,13 @@ class SimBackend(Backend):
                             "netmask": str(dnet.netmask),
                             "vnic_ip": str(ipaddress.ip_address(base + (1 << 8) * (index + 101) + 10 + d)),
                             "gateway": str(ipaddress.ip_address(base + 1))})
+        # fault key "super_pod": {node: id} places nodes in other super pods (default: all in pod 0)
+        pods = self.faults.get("super_pod", {})
+        super_pods = {str(ipaddress.ip_address(base + (1 << 8) * (i + 101) + 10 + d)): int(pods.get(n.name, 0))
+                      for i, n in enumerate(self.plan.nodes) for d in range(n.device_count)}
         hw = {"node": node.name, "platform": node.platform, "device_count": node.device_count,
-              "host_ip": node.address, "nic": "eth0", "super_pod_id": 0, "server_index": index,
+              "host_ip": node.address, "nic": "eth0", "super_pod_id": int(pods.get(node.name, 0)),
+              "server_index": index, "super_pods": super_pods,
               "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
         files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
         for path in (FIXTURES / "checkpoints").rglob("*"):

@@ -289,6 +289,19 @@ _EDITED_D = {f"test_staged_artefacts_match_rendered[d{i}]" for i in range(4)}
 _PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced",
                 "test_streaming_content_is_clean", "test_image_request", "test_openai_client_parses_responses"}
 
+def _unreachable_from_all(sid: str, node: str, dev: int) -> dict:
+    """Every other node of the scenario loses the path to ``node``'s device ``dev`` (reverted in place)."""
+    others = [n.name for n in siminventory.default(sid).nodes if n.name != node and n.role != "metaservice"]
+    return {"running": [(o, ["k3sim-fault", "add", "unreachable", f"@vnic:{node}:{dev}"]) for o in others],
+            "revert": [(o, ["k3sim-fault", "clear", "unreachable"]) for o in others]}
+
+
+def _hw(node: str, path: str, value: str) -> dict:
+    """A simulated hardware fault set in a running node and cleared after its row."""
+    return {"running": [(node, ["k3sim-fault", "set", path, value])],
+            "revert": [(node, ["k3sim-fault", "clear", path])]}
+
+
 LIVE = [
     Fault("L-DEVICE-ALARM", "F15 NPU health Alarm", "a3_pd_1m", S({"test_npu_smi_devices_healthy[d1]"}),
           running=[("d1", ["k3sim-fault", "set", "devices.3.health", "Alarm"])],
@@ -303,9 +316,39 @@ LIVE = [
     Fault("L-TLS", "TLS switch differs on one device", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
           running=[("p2", ["k3sim-fault", "set", "devices.1.tls_switch", "1"])],
           revert=[("p2", ["k3sim-fault", "clear", "devices.1.tls_switch"])]),
+    # Reachability samples every device as a source and as a target once per run, in a rotation; a
+    # device that no other node reaches is caught whatever the rotation. On-sample d0/0, off-sample p2/11.
     Fault("L-PEER-UNREACHABLE", "F5 peer device unreachable", "a3_pd_1m", S({"test_cross_node_reachability"}),
-          running=[("p3", ["k3sim-fault", "add", "unreachable", "@vnic:d0:0"])],
-          revert=[("p3", ["k3sim-fault", "remove", "unreachable", "@vnic:d0:0"])]),
+          **_unreachable_from_all("a3_pd_1m", "d0", 0),
+          message="-> d0 device 0 (-hccs_ping"),
+    Fault("L-PEER-UNREACHABLE-OFF", "F5 peer device unreachable (another node, another device)", "a3_pd_1m",
+          S({"test_cross_node_reachability"}), **_unreachable_from_all("a3_pd_1m", "p2", 11),
+          message="-> p2 device 11 (-hccs_ping"),
+    # Off-sample variants of the hardware faults above: another node, another device index.
+    Fault("L-DEVICE-ALARM-OFF", "F15 NPU health Alarm (another node, another device)", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),
+          message="device(s) [12] report health ['Alarm'], expected OK"),
+    Fault("L-NPU-MISSING", "a die the driver no longer lists (npu-smi prints 15 of 16 rows)", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[d2]"}), **_hw("d2", "devices.9.missing", "true"),
+          message="prints 15 health rows, expected 16 for A3 (one per die)"),
+    Fault("L-NPU-MISSING-OFF", "a die the driver no longer lists (another node, device 0)", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[p3]"}), **_hw("p3", "devices.0.missing", "true"),
+          message="prints 15 health rows, expected 16"),
+    Fault("L-LINK-DOWN-OFF", "F5 device link DOWN (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_links_up[d3]", "test_hccn_net_health[d3]"}),
+          **_hw("d3", "devices.15.link", "DOWN"), message="15: 'link status: DOWN'"),
+    Fault("L-NET-HEALTH-OFF", "F5 device net health Fault (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_net_health[p2]"}), **_hw("p2", "devices.11.net_health", "Fault"),
+          message="11: 'net health status: Fault'"),
+    Fault("L-TLS-OFF", "TLS switch differs (another node, another device)", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
+          **_hw("d3", "devices.14.tls_switch", "1"), message="('d3', 14)"),
+    Fault("L-TLS-UNPARSED", "hccn_tool -tls -g fails on one device (no tls switch printed)", "a3_pd_1m",
+          S({"test_hccn_tls_consistent"}),
+          **_hw("d1", "devices.6.tls_error", "dsmi_get_tls_cfg failed, ret = 87"),
+          message="gave no 'tls switch[N]' on [('d1', 6)]"),
+    # Negative control: nodes in two super pods; hccs_ping cannot cross, so the check uses -ping there.
+    Fault("L-SUPERPOD-SPLIT", "Decode nodes in another super pod (healthy: -ping across pods)", "a3_pd_1m",
+          S(), at_start={"super_pod": {"d0": 1, "d1": 1, "d2": 1, "d3": 1}}),
     Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
           running=[("p2", ["bash", "-c", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &"])]),
     Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",

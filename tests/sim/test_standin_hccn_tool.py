@@ -118,3 +118,32 @@ def test_a3_only_functions_are_unsupported_elsewhere(tmp_path, command):
 def test_bad_invocations_fail(tmp_path, args):
     done = hccn(tmp_path, *args)
     assert done.returncode != 0 and done.stdout.strip()
+
+
+def test_concurrent_call_answers_busy(tmp_path):
+    """hccn_tool is not re-entrant: while one call runs, another answers busy and does nothing."""
+    import fcntl
+    import os
+
+    lock = tmp_path / "hccn.lock"
+    write_node(tmp_path, platform="A3", devices=DEVICES, faults={})
+    env = base_env(tmp_path, K3SIM_HCCN_LOCK=str(lock))
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another hccn_tool call in progress
+        busy = run([HCCN_TOOL, "-i", "0", "-link", "-g"], env)
+    finally:
+        os.close(fd)
+    assert (busy.returncode, busy.stdout) == (1, "hccn_tool is busy, please try again.\n")
+    assert run([HCCN_TOOL, "-i", "0", "-link", "-g"], env).stdout == "link status: UP\n"
+
+
+def test_hccs_ping_stays_within_the_super_pod(tmp_path):
+    """HCCS joins one super pod: a vNIC in another pod gets no answer, -ping still reaches its device IP."""
+    write_node(tmp_path, platform="A3", devices=DEVICES, super_pod_id=0, faults={},
+               super_pods={"127.0.0.1": 0, "127.0.0.4": 1})
+    env = base_env(tmp_path)
+    same = run([HCCN_TOOL, "-i", "1", "-hccs_ping", "-g", "address", "127.0.0.1", "cnt", "1"], env)
+    assert same.returncode == 0 and "0.00% packets loss" in same.stdout
+    other = run([HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "127.0.0.4", "cnt", "1"], env)
+    assert other.returncode != 0 and "1 packets transmitted, 0 received, 100.00% packets loss" in other.stdout

@@ -6,12 +6,17 @@ which node-init added to the node NIC, so they fail exactly when the peer addres
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sys
 
 from k3sim import hw
 
 PING_TIMEOUT_S = 1.0
 PING_COUNT = 3
+BUSY = "hccn_tool is busy, please try again."
+LOCK_FILE = os.environ.get("K3SIM_HCCN_LOCK", "/tmp/.k3sim-hccn_tool.lock")
 NO_IP = "Get ipconf failed, because no ip was preset there!"
 UNSUPPORTED = "This device does not support this function."
 USAGE = "Usage: hccn_tool -i <device_id> <-link|-net_health|-ip|-vnic|-netdetect|-gateway|-lldp|-tls|-ping|-hccs_ping> -g [options]"
@@ -29,13 +34,28 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         node, device_id, command, rest = parse(args)
-        lines, status = COMMANDS[command](node, device_id, rest)
+        with exclusive():
+            lines, status = COMMANDS[command](node, device_id, rest)
         for line in lines:
             print(line)
         return status
     except Fail as exc:
         print(exc)
         return exc.status
+
+
+@contextlib.contextmanager
+def exclusive():
+    """The real tool is not re-entrant: a second call while one runs answers busy and does nothing."""
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Fail(BUSY, EXIT_FAIL) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def parse(args: list[str]) -> tuple[hw.Node, int, str, list[str]]:
@@ -107,6 +127,8 @@ def lldp(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], in
 
 def tls(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
     _, fault = state(node, device_id)
+    if "tls_error" in fault:  # the query fails on this device (driver error text from the fault)
+        return [str(fault["tls_error"])], EXIT_FAIL
     return [f"dev_id:{device_id}, tls switch[{fault.get('tls_switch', 0)}](0:disable, 1:enable), "
             "tls preconfigured[1](0:non-preset, 1:preset), tls alarm time threshold[60]days"], 0
 
@@ -161,7 +183,9 @@ def hccs_ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str]
         return [UNSUPPORTED], EXIT_FAIL
     target, count = ping_options(rest)
     dev, fault = state(node, device_id)
-    blocked = fault.get("vnic_link", "UP") != "UP" or not dev.get("vnic_ip")
+    # HCCS joins the dies of one super pod only: a vNIC address in another super pod gets no answer
+    other_pod = node.super_pod_of(target) not in (None, node.super_pod)
+    blocked = fault.get("vnic_link", "UP") != "UP" or not dev.get("vnic_ip") or other_pod
     rtts = echoes(node, dev.get("vnic_ip", ""), target, count, blocked)
     lines = [f"device {device_id} PING {target}"]
     for seq, rtt in enumerate(rtts):

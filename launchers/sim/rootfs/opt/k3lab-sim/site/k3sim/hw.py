@@ -15,6 +15,7 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
       "nic": "eth0",
       "super_pod_id": 0, "server_index": 0,
       "super_pod_size": 384,              # optional (npu-smi spod-info)
+      "super_pods": {"10.89.2.11": 1},    # optional: super pod of peer vNIC addresses (hccs_ping)
       "devices": [                        # one per logical device, id 0..device_count-1
         {"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0",
          "vnic_ip": "10.89.1.11", "gateway": "10.88.0.1"}
@@ -23,6 +24,7 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
       "faults": {                          # all optional; absent means healthy
         "devices": {"3": {"health": "Alarm", "link": "DOWN", "net_health": "Fault",
                            "tls_switch": 1, "no_ip": true, "vnic_link": "DOWN",
+                           "missing": true, "tls_error": "...",
                            "error_code": "80E18005", "error_info": "..."}},
         "unreachable": ["10.88.1.12"],    # device/vnic addresses this node cannot reach
         "engine": {"crash_after_s": 5, "hang": true, "slow_start_s": 30,
@@ -88,6 +90,15 @@ class Node:
 
     def device_faults(self, device_id: int) -> dict[str, Any]:
         return dict(self.faults("devices").get(str(device_id), {}) or {})
+
+    @property
+    def super_pod(self) -> int:
+        return int(self.data.get("super_pod_id", 0))
+
+    def super_pod_of(self, vnic_ip: str) -> int | None:
+        """Super pod of a peer vNIC address (``super_pods`` map: what the fabric knows), None if unknown."""
+        pod = (self.data.get("super_pods") or {}).get(vnic_ip)
+        return None if pod is None else int(pod)
 
     def unreachable(self) -> set[str]:
         return set(self.data.get("faults", {}).get("unreachable", []) or [])

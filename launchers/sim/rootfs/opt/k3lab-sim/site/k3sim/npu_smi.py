@@ -150,6 +150,8 @@ def table(node: hw.Node) -> str:
     for card in range(node.device_count // chips):
         for chip in range(chips):
             dev = card * chips + chip
+            if node.device_faults(dev).get("missing"):
+                continue  # a die the driver no longer enumerates has no row
             watts = "-" if chip == 1 else f"{power + dev % 5 * 1.3:.1f}"
             out.append(f"| {card:<5} {name:<20}| {health_of(node, dev):<13} | {watts:<11} {36 + dev % 3:<17} "
                        f"{0:<5}/ {0:<14}|")
@@ -172,6 +174,8 @@ def table_950(node: hw.Node) -> str:
            "|        |                  | Bus-Id        | NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)         |",
            "+========+==================+===============+=====================================================+"]
     for dev in range(node.device_count):
+        if node.device_faults(dev).get("missing"):
+            continue  # an NPU the driver no longer enumerates has no row
         out.append(f"| {dev:<7}| {name:<17}| {health_of(node, dev):<13} | {power + dev % 5 * 1.3:<11.1f} "
                    f"{36 + dev % 3:<17} {0:<6}/ {0:<13} |")
         out.append(f"|{'':<8}|{'':<18}| 0000:{BUS_IDS['950DT'][dev]}:00.0  | {0:<11} {0:<5}/ {0:<10} "
