@@ -303,13 +303,16 @@ def test_dp_rank_routing(http, plan):
         pytest.skip("X-data-parallel-rank applies to the internal-LB mixed services")
     api = plan.expect.apis[0]
     wrong = []
-    for rank in api.dp_ranks:
+    # two requests per rank, ranks in reverse: neither a round-robin nor a lowest-rank balancer can
+    # pass for the header by chance
+    for rank in reversed(api.dp_ranks):
         before = _settled(http, [api])[api.url]
-        r = http.post(f"{api.url}/v1/completions", headers={"X-data-parallel-rank": str(rank)}, timeout=60,
-                      json={"model": plan.expect.served_name, "prompt": f"ping {RUN_NONCE}", "max_tokens": 4})
-        assert r.status_code == 200, f"{api.node}: rank {rank}: {r.status_code} {r.text[:200]}"
+        for _ in range(2):
+            r = http.post(f"{api.url}/v1/completions", headers={"X-data-parallel-rank": str(rank)}, timeout=60,
+                          json={"model": plan.expect.served_name, "prompt": f"ping {RUN_NONCE}", "max_tokens": 4})
+            assert r.status_code == 200, f"{api.node}: rank {rank}: {r.status_code} {r.text[:200]}"
         moved = _moved(before, _settled(http, [api])[api.url])
-        if moved != {str(rank): 1.0}:
+        if moved != {str(rank): 2.0}:
             wrong.append(f"pinned to rank {rank}, vllm:request_success_total moved on engines {moved or 'none'}")
     assert not wrong, (f"{api.node} ({api.url}): " + "; ".join(wrong) + ": the header does not pin requests (check "
                        "that every rank's engine joined the DP group and that the API is the internal-LB head)")
@@ -326,28 +329,29 @@ def test_every_api_engine_serves(http, plan):
     served by a process that is not the planned engine, does not pass."""
     bad = []
     for api in plan.expect.apis:
-        ranks = api.dp_ranks if plan.expect.dp_routing and len(api.dp_ranks) > 1 else [None]
+        # ranks in reverse, two requests each (see test_dp_rank_routing)
+        ranks = list(reversed(api.dp_ranks)) if plan.expect.dp_routing and len(api.dp_ranks) > 1 else [None]
         for rank in ranks:
             headers = {"X-data-parallel-rank": str(rank)} if rank is not None else {}
             before = _settled(http, plan.expect.apis)
             try:
-                r = http.post(f"{api.url}/v1/completions", headers=headers, timeout=60,
-                              json={"model": plan.expect.served_name, "prompt": f"path {RUN_NONCE} {api.node}",
-                                    "max_tokens": 4})
+                replies = [http.post(f"{api.url}/v1/completions", headers=headers, timeout=60,
+                                     json={"model": plan.expect.served_name, "prompt": f"path {RUN_NONCE} {api.node}",
+                                           "max_tokens": 4}) for _ in range(2)]
             except OSError as exc:
                 bad.append(f"{api.node} ({api.url}): unreachable from the kit host: {exc}")
                 continue
-            if r.status_code != 200:
-                bad.append(f"{api.node} ({api.url}): {r.status_code} {r.text[:120]}")
+            if any(r.status_code != 200 for r in replies):
+                bad.append(f"{api.node} ({api.url}): {[r.status_code for r in replies]} {replies[-1].text[:120]}")
                 continue
             after = _settled(http, plan.expect.apis)
             moved = {a.node: m for a in plan.expect.apis if (m := _moved(before[a.url], after[a.url]))}
             own = moved.pop(api.node, {})
             pinned = rank if rank is not None else (api.dp_ranks[0] if len(api.dp_ranks) == 1 else None)
-            ok_own = own == {str(pinned): 1.0} if pinned is not None else sum(own.values()) == 1.0
+            ok_own = own == {str(pinned): 2.0} if pinned is not None else sum(own.values()) == 2.0
             if not ok_own or moved:
                 bad.append(f"{api.node} ({api.url}{f', rank {rank}' if rank is not None else ''}): expected its own "
-                           f"engine to count 1 request, counters moved: own {own or 'none'}, others {moved or 'none'}")
+                           f"engine to count 2 requests, counters moved: own {own or 'none'}, others {moved or 'none'}")
     assert not bad, "; ".join(bad) + " (check the engine logs and that each API fronts its planned engine)"
 
 
