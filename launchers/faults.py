@@ -346,9 +346,6 @@ LIVE = [
           S({"test_hccn_tls_consistent"}),
           **_hw("d1", "devices.6.tls_error", "dsmi_get_tls_cfg failed, ret = 87"),
           message="gave no 'tls switch[N]' on [('d1', 6)]"),
-    # Negative control: nodes in two super pods; hccs_ping cannot cross, so the check uses -ping there.
-    Fault("L-SUPERPOD-SPLIT", "Decode nodes in another super pod (healthy: -ping across pods)", "a3_pd_1m",
-          S(), at_start={"super_pod": {"d0": 1, "d1": 1, "d2": 1, "d3": 1}}),
     Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
           running=[("p2", ["bash", "-c", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &"])]),
     Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",
