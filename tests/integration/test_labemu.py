@@ -28,6 +28,11 @@ K3LAB = [sys.executable, "-m", "launchers.cli"]
 SCENARIO = "k3_a3_mixed"  # four hosts
 
 
+
+def default_sigint() -> None:
+    # A background job starts with SIGINT ignored, and Python keeps ignoring it: restore the default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def k3lab(*args, timeout=600, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([*K3LAB, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
@@ -113,7 +118,8 @@ def test_lab_preflight_names_the_host_of_each_fault(lab, tmp_path, runs_dir):
 
 def test_interrupted_up_leaves_nothing_on_any_host(lab, runs_dir):
     proc = subprocess.Popen([*K3LAB, "up", SCENARIO, "-i", str(lab["inventory"])], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     seen = ""
     try:
         deadline = time.monotonic() + 180

@@ -22,7 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start(args: list[str], env=None) -> subprocess.Popen:
     return subprocess.Popen([*K3LAB, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+                            env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    # A shell's background job starts with SIGINT ignored, and Python then keeps ignoring it: restore
+    # the default so the interrupt tests send a real Ctrl-C wherever the suite itself was started.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(proc: subprocess.Popen, needle: str, timeout: float = 90) -> str:
