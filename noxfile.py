@@ -42,6 +42,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def release(session: nox.Session) -> None:
+    """Release gate: static stage for all twelve scenarios, live cycles on the sim (2 at a time), one verdict."""
+    install(session)
+    session.run("k3lab", "release", "--out", "build/release", *session.posargs)
+
+
+@nox.session
 def golden(session: nox.Session) -> None:
     """Compare every rendered artefact with golden/ (add -- --snapshot-update to accept changes)."""
     install(session)

@@ -217,6 +217,10 @@ class SimBackend(Backend):
               "server_index": index, "super_pods": super_pods,
               "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
         files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
+        # the guide's image carries its vLLM / vLLM-Ascend versions as package metadata (pip show reads it)
+        from .versions import sim_package_files
+
+        files.update(sim_package_files(self.plan.seed))
         for path in (FIXTURES / "checkpoints").rglob("*"):
             if path.is_file():
                 rel = path.relative_to(FIXTURES / "checkpoints")

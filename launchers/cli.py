@@ -61,7 +61,7 @@ def load_inventory(scenario: str, path: str | None):
 
     if path is not None:
         return inventory.load(path), str(path)
-    return siminventory.default(scenario), "default (sim)"
+    return siminventory.default(scenario), siminventory.name()
 
 
 def build(args: argparse.Namespace, target: str | None = None):
@@ -269,6 +269,8 @@ def _add_cycle(sub) -> None:
     p.add_argument("--keep", action="store_true", help="leave the deployment up after the suite")
     p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS",
                    help="time limit of the conformance suite (default 1800)")
+    p.add_argument("--inject", metavar="FAULT",
+                   help="sim only: inject a live fault of the catalog (k3lab faults --list), to prove a gate fails")
     _pull_arg(p)
     p.set_defaults(fn=lazy("lifecycle", "cmd_cycle"))
 
@@ -307,8 +309,24 @@ def _add_status(sub) -> None:
     p.set_defaults(fn=lazy("lifecycle", "cmd_status"))
 
 
+def _add_release(sub) -> None:
+    p = sub.add_parser("release", help="all scenarios: static stage, live cycles, one verdict, combined report")
+    p.add_argument("--scenario", "-s", action="append", metavar="SCENARIO", help="only these (default: all twelve)")
+    _target_arg(p)
+    p.add_argument("--inventory", "-i", action="append", default=[], metavar="SCENARIO=FILE",
+                   help="lab inventory per scenario (required for --target lab)")
+    p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default launchers/policies/default.yaml)")
+    p.add_argument("--jobs", "-j", type=int, default=2, metavar="N", help="cycles at a time (default 2)")
+    p.add_argument("--out", metavar="DIR", help="release directory (default releases/<timestamp>)")
+    p.add_argument("--static-only", action="store_true", help="render, preflight and golden only (no Docker)")
+    p.add_argument("--inject", action="append", default=[], metavar="SCENARIO=FAULT",
+                   help="sim only: run SCENARIO with a live fault of the catalog (proves the gate fails)")
+    p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS", help="per cycle")
+    p.set_defaults(fn=lazy("release", "cmd_release"))
+
+
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
-            _add_status, _add_faults, _add_bench, _add_labemu]
+            _add_status, _add_faults, _add_bench, _add_labemu, _add_release]
 
 
 class _Version(argparse.Action):

@@ -9,6 +9,7 @@ failure, Ctrl-C and SIGTERM.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import signal
@@ -266,7 +267,19 @@ def _refuse_collision(plan: Plan) -> None:
 
     if plan.target != "sim":
         return
-    live = docker.from_env().containers.list(all=True, filters={"label": LABEL})
+    client = docker.from_env()
+    live = client.containers.list(all=True, filters={"label": LABEL})
+    # runs on other subnets can share the engine (k3lab release runs two at once); one on ours cannot
+    ours = {n.address for n in plan.nodes}
+    taken, networked = set(), set()
+    for net in client.networks.list(filters={"label": LABEL}):
+        label = (net.attrs.get("Labels") or {}).get(LABEL)
+        networked.add(label)
+        for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+            subnet = ipaddress.ip_network(cfg.get("Subnet", "0.0.0.0/0"), strict=False)
+            if any(ipaddress.ip_address(a) in subnet for a in ours if a):
+                taken.add(label)
+    live = [c for c in live if c.labels.get(LABEL) in taken or c.labels.get(LABEL) not in networked]
     if live:
         runs = sorted({c.labels.get(LABEL) for c in live})
         raise EnvError(f"run(s) {', '.join(runs)} still up on the local engine; "
@@ -413,6 +426,12 @@ def collect(run: Run) -> None:
             (ndir / "open-sockets.txt").write_text(_redact(out))
         except Exception as exc:  # evidence is best effort; teardown must still run
             (ndir / "collect-error.txt").write_text(repr(exc))
+    try:  # versions as evidence, read from the nodes themselves (launchers.versions)
+        from .versions import probe
+
+        probe(run)
+    except Exception as exc:  # best effort like the rest; the release gate reports a missing versions.json
+        (evidence / "versions-error.txt").write_text(repr(exc))
     for api in run.plan.expect.apis:
         try:
             text = HTTP.get(f"{api.url}/metrics", timeout=2).text
@@ -495,9 +514,16 @@ def cmd_cycle(args: argparse.Namespace) -> int:
     """up, conformance suite, down; exit status is the suite's."""
     from .cli import _kv
 
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull)
+    fault = _fault(args)
+    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull,
+             sim_faults=fault.at_start if fault else None)
     code = 1
     try:
+        if fault and fault.running:
+            from . import faults
+
+            faults.inject(run, fault)
+            _log(f"injected fault {fault.id}: {fault.mode}")
         code = _suite(run, args)
     finally:
         if not args.keep:
@@ -569,6 +595,21 @@ def _run_endpoints(run: str) -> tuple[list[str], SshOptions]:
         eps = list(dict.fromkeys(state.get("endpoints", {}).values())) or [DEFAULT_ENDPOINT]
         return eps, SshOptions.from_dict(state.get("ssh"))
     return [DEFAULT_ENDPOINT], SshOptions()
+
+
+def _fault(args: argparse.Namespace):
+    """``cycle --inject FAULT``: a live fault of the catalog on the sim (how k3lab release proves its gate)."""
+    if not getattr(args, "inject", None):
+        return None
+    from . import faults
+
+    fault = faults.CATALOG.get(args.inject)
+    if fault is None or fault.kind != "live":
+        raise UsageError(f"--inject takes a live fault id of launchers/faults.py (k3lab faults --list), "
+                         f"not {args.inject!r}")
+    if fault.scenario != args.scenario or (args.target or ("lab" if args.inventory else "sim")) != "sim":
+        raise UsageError(f"fault {fault.id} is for {fault.scenario} on the sim target")
+    return fault
 
 
 def cmd_down(args: argparse.Namespace) -> int:

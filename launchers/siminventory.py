@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 
 from . import catalog
 from .inventory import Inventory, Node, Sim
@@ -10,7 +11,7 @@ from .inventory import Inventory, Node, Sim
 def default(scenario_id: str, sim: Sim | None = None) -> Inventory:
     """Nodes on the kit's private network, NIC eth0, the documented default ports."""
     sc = catalog.get(scenario_id)
-    sim = sim or Sim()
+    sim = sim or from_env()
     net = ipaddress.ip_network(sim.subnet)
     hosts = list(net.hosts())
 
@@ -29,3 +30,21 @@ def default(scenario_id: str, sim: Sim | None = None) -> Inventory:
     if sc.pool != "none":
         nodes.append(Node(name="meta", role="metaservice", local_ip=ip(4), nic="eth0"))
     return Inventory(scenario=scenario_id, sim=sim, nodes=nodes)
+
+
+NAME = "default (sim)"
+# ``k3lab release`` runs two sim scenarios at once on one engine; each needs its own networks.
+SUBNET_ENV, DEVICE_SUBNET_ENV = "K3LAB_SIM_SUBNET", "K3LAB_SIM_DEVICE_SUBNET"
+
+
+def from_env() -> Sim:
+    """The default networks, or the ones $K3LAB_SIM_SUBNET / $K3LAB_SIM_DEVICE_SUBNET name."""
+    over = {k: v for k, v in (("subnet", os.environ.get(SUBNET_ENV)),
+                              ("device_subnet", os.environ.get(DEVICE_SUBNET_ENV))) if v}
+    return Sim(**over)
+
+
+def name() -> str:
+    """``default (sim)``, or ``default (sim, subnet X)`` when the networks were moved (golden normalises)."""
+    sim, base = from_env(), Sim()
+    return NAME if sim.subnet == base.subnet else f"{NAME[:-1]}, subnet {sim.subnet})"

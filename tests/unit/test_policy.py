@@ -1,0 +1,89 @@
+"""Gate policy loader: the default derives from the MUST statements; hostile files get clear errors."""
+from __future__ import annotations
+
+import pytest
+
+from launchers import policy
+from launchers.policy import PolicyError, parse
+
+
+def test_default_policy_loads_and_derives_from_must():
+    eff = policy.load().for_scenario("a3_pd_pooled")
+    assert eff.level("hccl.test_hccn_links_up", "hccl", "Every device link MUST be UP") == ("block", "MUST statement")
+    assert eff.level("x.y", "x", "should be fine")[0] == "warn"
+    assert eff.level("perf.test_bench_within_baseline", "perf", "MUST stay within")[0] == "warn"  # opt-in area
+    assert {r.component for r in eff.versions} >= {"vllm_ascend", "memcache_hybrid"}
+    assert eff.deviation_accepted("sim-network") and not eff.deviation_accepted("brand-new-deviation")
+    assert eff.not_applicable_reason("models.test_proxy_answers", "no proxy in this scenario")
+    # the cross-engine pool check's skip is not a reason to pass: it stays blocking when skipped
+    assert eff.not_applicable_reason("external-cache.test_pool_hits_across_engines",
+                                     "only one pooled producer exposes an API") is None
+
+
+def test_scenario_section_merges_over_defaults():
+    p = parse("""
+schema: 1
+defaults: {areas: {perf: warn}, checks: {"security.*": warn}, perf: {threshold: 0.9}}
+scenarios:
+  a3_pd: {areas: {perf: block}, checks: {"security.test_api_key_enforced": block}, perf: {threshold: 0.95}}
+""")
+    a3, other = p.for_scenario("a3_pd"), p.for_scenario("a5_pd")
+    assert a3.level("perf.x", "perf", "")[0] == "block" and other.level("perf.x", "perf", "")[0] == "warn"
+    # the longest matching glob wins
+    assert a3.level("security.test_api_key_enforced", "security", "MUST")[0] == "block"
+    assert a3.level("security.other", "security", "MUST")[0] == "warn"
+    assert (a3.threshold, other.threshold) == (0.95, 0.9)
+
+
+@pytest.mark.parametrize("text, field, hint", [
+    ("schema: 2\n", "schema", "Input should be 1"),
+    ("scenarios: {a3_pdd: {}}\n", "scenarios", "did you mean 'a3_pd'"),
+    ("defaults: {must: blok}\n", "defaults.must", "'block', 'warn' or 'ignore'"),
+    ("defaults: {perf: {threshold: 3}}\n", "defaults.perf.threshold", "less than or equal to 1"),
+    ("defaults: {accuracy: {tolerance: -1}}\n", "defaults.accuracy.tolerance", "greater than or equal to 0"),
+    ("defaults: {colour: red}\n", "defaults.colour", "Extra inputs are not permitted"),
+    ("defaults: {versions: [{component: cuda}]}\n", "defaults.versions[0].component", "Input should be"),
+    ("defaults: {not_applicable: [{reason: '(unclosed'}]}\n", "defaults.not_applicable[0].reason",
+     "not a regular expression"),
+    ("defaults: {accepted_deviations: [{id: sim-x}]}\n", "defaults.accepted_deviations[0].reason", "Field required"),
+])
+def test_invalid_fields_are_named(text, field, hint):
+    with pytest.raises(PolicyError) as exc:
+        parse(text, "p.yaml")
+    msg = str(exc.value)
+    assert msg.startswith("p.yaml: invalid policy") and field in msg and hint in msg, msg
+
+
+@pytest.mark.parametrize("data, hint", [
+    (b"a: &x [1]\nb: *x\n", "anchors and aliases are not allowed"),
+    (b"defaults: {}\ndefaults: {}\n", "duplicate key 'defaults'"),
+    (b"- 1\n- 2\n", "a policy is a mapping"),
+    (b"defaults: {must: [\n", "not valid YAML"),
+    (b"\xff\xfe\x00garbage", "not UTF-8"),
+    (b"x: !!python/object:os.system ls\n", "not valid YAML"),
+    (b"a: " + b"[" * 60 + b"]" * 60 + b"\n", "nested deeper than"),
+    (b"# pad\n" * 50000, "byte limit"),
+])
+def test_hostile_files_give_clear_errors(data, hint):
+    with pytest.raises(PolicyError) as exc:
+        parse(data, "evil.yaml")
+    assert hint in str(exc.value) and str(exc.value).startswith("evil.yaml"), str(exc.value)
+
+
+def test_missing_and_oversized_files(tmp_path):
+    with pytest.raises(PolicyError, match="cannot read the policy"):
+        policy.load(tmp_path / "nope.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b" " * (policy.MAX_BYTES + 1))
+    with pytest.raises(PolicyError, match="byte limit"):
+        policy.load(big)
+
+
+def test_empty_policy_is_the_builtin_default():
+    eff = parse("").for_scenario("a3_pd")
+    assert eff.level("a.b", "a", "MUST")[0] == "block" and eff.threshold == 0.97 and eff.tolerance == 1.0
+
+
+def test_schema_documents_fields():
+    props = policy.schema()["$defs"]["ScenarioPolicy"]["properties"]
+    assert {"must", "areas", "checks", "not_applicable", "versions", "accepted_deviations"} <= set(props)
