@@ -110,9 +110,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from . import preflight
 
     if args.list:
-        from . import labpreflight
+        from . import labchecks
 
-        for c in preflight.catalogue() + labpreflight.catalogue():
+        for c in preflight.catalogue() + labchecks.catalogue():
             print(f"{c['id']:16} {c['severity']:8} {c['must']}\n{'':25} remedy: {c['remedy']}")
         return 0
     if not args.scenario:
