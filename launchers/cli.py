@@ -325,8 +325,16 @@ def _add_release(sub) -> None:
     p.set_defaults(fn=lazy("release", "cmd_release"))
 
 
+def _add_policy(sub) -> None:
+    p = sub.add_parser("policy", help="gate policy: validate a file (--check) or print its JSON Schema (--schema)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 with the field named if it is invalid")
+    g.add_argument("--schema", action="store_true", help="print the policy JSON Schema")
+    p.set_defaults(fn=lazy("policy", "cmd_policy"))
+
+
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
-            _add_status, _add_faults, _add_bench, _add_labemu, _add_release]
+            _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_policy]
 
 
 class _Version(argparse.Action):

@@ -278,3 +278,15 @@ def load(path: str | Path | None = None) -> Policy:
 
 def schema() -> dict[str, Any]:
     return Policy.model_json_schema(by_alias=True)
+
+
+def cmd_policy(args) -> int:
+    """``k3lab policy --check FILE`` / ``--schema``."""
+    import json
+
+    if args.schema:
+        print(json.dumps(schema(), indent=2))
+        return 0
+    pol = load(args.check)  # a PolicyError exits 2 with the file and field named
+    print(f"{args.check}: valid policy (schema {pol.schema_}, {len(pol.scenarios)} scenario section(s))")
+    return 0

@@ -87,3 +87,16 @@ def test_empty_policy_is_the_builtin_default():
 def test_schema_documents_fields():
     props = policy.schema()["$defs"]["ScenarioPolicy"]["properties"]
     assert {"must", "areas", "checks", "not_applicable", "versions", "accepted_deviations"} <= set(props)
+
+
+def test_policy_command_exit_codes(tmp_path, capsys):
+    from launchers.cli import main
+
+    assert main(["policy", "--check", str(policy.DEFAULT_PATH)]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults: {must: blok}\n")
+    assert main(["policy", "--check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "defaults.must" in err and "Traceback" not in err
+    assert main(["release", "--static-only", "--policy", str(bad)]) == 2
+    assert main(["policy", "--schema"]) == 0 and '"ScenarioPolicy"' in capsys.readouterr().out
