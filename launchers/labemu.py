@@ -257,20 +257,32 @@ def _wait_ready(h: Host, timeout: float = 60) -> None:
     raise LabEmuError(f"{h.name}: engine or sshd not ready after {timeout:.0f}s ({last}); log:\n{tail}")
 
 
-def _load_image(h: Host, images: list[str]) -> None:
-    """The image that carries the stand-ins, tagged with the guides' image names."""
-    import docker
-
+def _builds(images: list[str]) -> dict[str, tuple[bytes, str]]:
+    """The sim image tar per guide image, built ONCE here so every engine imports the same bytes."""
     from . import catalog
     from .sim import image, vllm_ascend
 
-    client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=300)
     # each guide's image carries its own vllm-ascend release (proxy, launch_online_dp.py)
     seeds = {sc.image: sc.seed for sc in catalog.SCENARIOS.values()}
-    for name in images:
-        ref = image.ensure(client, vllm_ascend.version_for(seeds.get(name, "")))
+    versions = {name: vllm_ascend.version_for(seeds.get(name, "")) for name in images}
+    tars = {v: image.build_tar(v) for v in sorted(set(versions.values()))}
+    return {name: tars[v] for name, v in versions.items()}
+
+
+def _load_image(h: Host, builds: dict[str, tuple[bytes, str]]) -> None:
+    """The image that carries the stand-ins, tagged with the guides' image names (checked)."""
+    import docker
+
+    from .sim import image
+
+    client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=300)
+    for name, built in builds.items():
+        ref = image.ensure(client, built=built)
         repo, tag = name.rsplit(":", 1)
         client.images.get(ref).tag(repo, tag)
+        got = client.images.get(name)
+        if ref not in got.tags:
+            raise LabEmuError(f"{h.name}: {name} is {got.tags}, expected {ref}")
 
 
 def guide_images() -> list[str]:
@@ -355,11 +367,11 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
         _start(h, tcp=kind == "tcp")
     for h in hosts:
         _wait_ready(h)
-    images = guide_images()
+    builds = _builds(guide_images())
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(lambda h: _load_image(h, images), hosts))
+        list(pool.map(lambda h: _load_image(h, builds), hosts))
     known = STATE / "known_hosts"
     lines = []
     for h in hosts:

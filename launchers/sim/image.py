@@ -112,10 +112,13 @@ def build_tar(vllm_ascend_version: str = vllm_ascend.K3) -> tuple[bytes, str]:
     return buf.getvalue(), digest.hexdigest()[:12]
 
 
-def ensure(client: docker.DockerClient | None = None, vllm_ascend_version: str = vllm_ascend.K3) -> str:
-    """Build (or reuse) the image on ``client``'s engine; return its tag (``k3lab-sim:<hash>``)."""
+def ensure(client: docker.DockerClient | None = None, vllm_ascend_version: str = vllm_ascend.K3,
+           built: tuple[bytes, str] | None = None) -> str:
+    """Build (or reuse) the image on ``client``'s engine; return its tag (``k3lab-sim:<hash>``).
+
+    ``built``: a ``build_tar`` result to import as it is (one build shared by several engines)."""
     client = client or docker.from_env()
-    data, tag = build_tar(vllm_ascend_version)
+    data, tag = built or build_tar(vllm_ascend_version)
     ref = f"{REPO}:{tag}"
     try:
         client.images.get(ref)

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -113,30 +114,36 @@ def sdist(version: str) -> Path:
 
 
 def examples(version: str) -> dict[str, bytes]:
-    """The example files the simulator runs, keyed by their path in the vllm-ascend tree."""
+    """The example files the simulator runs, keyed by their path in the vllm-ascend tree.
+
+    Extraction runs under the cache lock and each file appears by an atomic rename of a private
+    temporary: parallel callers (labemu loads several engines at once) never see a torn file."""
     out_dir = cache_dir() / "vllm-ascend" / version
     if all((out_dir / f).is_file() for f in FILES):
         return {f: (out_dir / f).read_bytes() for f in FILES}
     archive = sdist(version)
-    out: dict[str, bytes] = {}
-    try:
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                rel = member.name.split("/", 1)[1] if "/" in member.name else ""
-                if rel in FILES and member.isfile():
-                    out[rel] = tar.extractfile(member).read()  # type: ignore[union-attr]
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise FetchError(f"{archive} is unreadable ({exc}); delete it and retry") from None
-    missing = [f for f in FILES if f not in out]
-    if missing:
-        raise FetchError(f"{archive} lacks {', '.join(missing)}: vllm-ascend {version} does not ship them")
-    for rel, data in out.items():
-        path = out_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return out
+    with _locked(f"examples-{version}"):
+        if all((out_dir / f).is_file() for f in FILES):  # another caller extracted them meanwhile
+            return {f: (out_dir / f).read_bytes() for f in FILES}
+        out: dict[str, bytes] = {}
+        try:
+            with tarfile.open(archive) as tar:
+                for member in tar.getmembers():
+                    rel = member.name.split("/", 1)[1] if "/" in member.name else ""
+                    if rel in FILES and member.isfile():
+                        out[rel] = tar.extractfile(member).read()  # type: ignore[union-attr]
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise FetchError(f"{archive} is unreadable ({exc}); delete it and retry") from None
+        missing = [f for f in FILES if f not in out]
+        if missing:
+            raise FetchError(f"{archive} lacks {', '.join(missing)}: vllm-ascend {version} does not ship them")
+        for rel, data in out.items():
+            path = out_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        return out
 
 
 def path(version: str, rel: str) -> Path:

@@ -46,3 +46,18 @@ def test_a_failed_download_names_the_remedy(tmp_path, monkeypatch):
 def test_versions_follow_the_guides():
     assert vllm_ascend.version_for("seeds/000 (Kimi-K3, vLLM-Ascend 0.23.0)") == "0.23.0.post1"
     assert vllm_ascend.version_for("seeds/002 (Kimi K3.1 Pro, vLLM-Ascend 0.30.0)") == "0.30.0rc2"
+
+
+def test_parallel_first_use_gives_every_caller_the_same_files(tmp_path, monkeypatch):
+    """labemu loads the image into several engines at once: on a fresh cache, callers that extract
+    the examples while others read them must all get the whole files (a torn read changed the
+    image tag on one engine)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setenv("K3LAB_CACHE", str(tmp_path))
+    big = {f: (f.encode() * 400_000) for f in vllm_ascend.FILES}  # large enough for writes to overlap reads
+    _sdist(tmp_path / "sdist" / "9.6", "9.6", big)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(lambda _: vllm_ascend.examples("9.6"), range(48)))
+    assert all(g == big for g in got)
+    assert not list((tmp_path / "vllm-ascend").rglob("*.tmp*"))
