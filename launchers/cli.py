@@ -325,6 +325,26 @@ def _add_release(sub) -> None:
     p.set_defaults(fn=lazy("release", "cmd_release"))
 
 
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="regressions from A (last good) to B (candidate): releases or run directories")
+    p.add_argument("a", metavar="A", help="release directory (release.json) or run directory: the last good")
+    p.add_argument("b", metavar="B", help="release or run directory: the candidate")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="output (default text)")
+    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument("--policy", metavar="FILE", help="gate policy for run directories and thresholds (default policy)")
+    p.set_defaults(fn=lazy("compare", "cmd_compare"))
+
+
+def _add_baseline(sub) -> None:
+    p = sub.add_parser("baseline", help="perf baselines: record one from a run's vllm bench serve result")
+    p.add_argument("action", choices=["record"], help="record: write a baseline with its provenance")
+    p.add_argument("run", metavar="RUN", help="run directory with evidence/bench/perf-result.json (a --perf run)")
+    p.add_argument("--out", metavar="FILE", help="baseline file (default fixtures/baselines/<scenario>.json)")
+    p.add_argument("--threshold", type=float, default=None, help="threshold stored in the baseline (default 0.97)")
+    p.add_argument("--force", action="store_true", help="replace an existing baseline file")
+    p.set_defaults(fn=lazy("baseline", "cmd_baseline"))
+
+
 def _add_policy(sub) -> None:
     p = sub.add_parser("policy", help="gate policy: validate a file (--check) or print its JSON Schema (--schema)")
     g = p.add_mutually_exclusive_group(required=True)
@@ -334,7 +354,8 @@ def _add_policy(sub) -> None:
 
 
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
-            _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_policy]
+            _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
+            _add_policy]
 
 
 class _Version(argparse.Action):

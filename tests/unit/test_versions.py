@@ -72,9 +72,9 @@ class _Container:
         class images:
             @staticmethod
             def get(_id):
-                class I:
+                class Image:
                     attrs = {"RepoDigests": ["quay.io/ascend/vllm-ascend@sha256:0123"]}
-                return I()
+                return Image()
 
     def reload(self):
         pass
