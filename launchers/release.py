@@ -276,6 +276,17 @@ def cmd_release(args) -> int:
         if missing and not args.static_only:
             raise UsageError(f"--target lab needs --inventory SCENARIO=FILE for {', '.join(missing)}")
     inject = _pairs(args.inject, "--inject")
+    if inject:
+        from . import faults
+
+        for sid, fid in inject.items():  # checked up front: a bad pair must not cost a whole release
+            fault = faults.CATALOG.get(fid)
+            if fault is None or fault.kind != "live":
+                raise UsageError(f"--inject {sid}={fid}: not a live fault of the catalog (k3lab faults --list)")
+            if fault.scenario != sid or args.target != "sim":
+                raise UsageError(f"--inject {sid}={fid}: fault {fid} is for {fault.scenario} on the sim target")
+            if sid not in scenarios:
+                raise UsageError(f"--inject {sid}={fid}: {sid} is not among the release's scenarios")
     out = Path(args.out) if args.out else RELEASES / time.strftime("%Y%m%d-%H%M%S")
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),

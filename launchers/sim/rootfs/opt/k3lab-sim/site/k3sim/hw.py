@@ -38,9 +38,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from pathlib import Path
-from typing import Any
+
+# Every hccn_tool / npu-smi call starts a fresh interpreter that imports this module, thousands of
+# times per release: pathlib, typing and tempfile cost more than the call's own work, so they are
+# imported only where they are used (annotations are strings).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 NODE_FILE_ENV = "K3SIM_NODE_FILE"
 DEFAULT_NODE_FILE = "/etc/k3lab-sim/node.json"
@@ -48,14 +53,20 @@ DEVICE_COUNT = {"A3": 16, "A2": 8, "950DT": 8}
 
 
 def node_file() -> Path:
-    return Path(os.environ.get(NODE_FILE_ENV, DEFAULT_NODE_FILE))
+    from pathlib import Path
+
+    return Path(_node_path())
+
+
+def _node_path() -> str:
+    return os.environ.get(NODE_FILE_ENV, DEFAULT_NODE_FILE)
 
 
 def load() -> dict[str, Any]:
     """The node description, re-read on every call so injected faults apply at once."""
-    path = node_file()
     try:
-        return json.loads(path.read_text())
+        with open(_node_path(), encoding="utf-8") as fh:
+            return json.loads(fh.read())
     except FileNotFoundError:
         # A node without a description behaves as a healthy A3 with no device network.
         return {"node": "standalone", "platform": "A3", "device_count": 16, "devices": [], "faults": {}}
@@ -130,6 +141,8 @@ def platform() -> str:
 
 def save(data: dict[str, Any]) -> None:
     """Replace the node file atomically so a concurrent reader sees the old or the new file."""
+    import tempfile
+
     path = node_file()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     os.fchmod(fd, 0o644)
