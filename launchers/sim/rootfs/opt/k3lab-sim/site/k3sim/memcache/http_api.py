@@ -96,6 +96,8 @@ def route(pool: Pool, path: str, query: dict[str, list[str]]) -> tuple[int, str,
 
 def serve(pool: Pool, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True  # headers and body are separate writes: no delayed-ACK stall
+
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
             parts = urlsplit(self.path)
             status, content_type, body = route(pool, parts.path, parse_qs(parts.query))
