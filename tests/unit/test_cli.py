@@ -54,6 +54,27 @@ def test_every_option_has_help_and_o_lists_its_keys():
     assert "draft:" in text and "parsers:" in text
 
 
+def test_python_m_runs_the_whole_module_before_main():
+    # `python -m launchers.cli` runs main() at the __main__ guard: helpers defined after it did not exist yet
+    res = subprocess.run([sys.executable, "-m", "launchers.cli", "rendr", "a3_pd"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == errors.USAGE and "did you mean 'render'" in res.stderr, res.stderr
+
+
+def test_a_command_parsed_alone_behaves_as_in_the_whole_cli():
+    import argparse
+
+    def subparsers(ap):
+        return next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    full = subparsers(cli.parser())
+    for name in full:
+        alone = subparsers(cli.parser(name))
+        assert list(alone) == [name]
+        assert alone[name].format_help() == full[name].format_help()
+    assert list(subparsers(cli.parser("rendr"))) == list(full)  # unknown: the whole CLI, for did-you-mean
+
+
 def test_internal_error_is_one_line_and_logs_the_traceback(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("K3LAB_LOG_DIR", str(tmp_path))
 
