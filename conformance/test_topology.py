@@ -42,6 +42,20 @@ def test_planned_ports_listen(node, hosts):
                          f"log for a bind error or an early exit")
 
 
+@conformance(area="ranks-ports", must="The DP RPC (handshake) port MUST be closed once the engines serve: vLLM "
+             "closes it after the handshake, so a listener there is another process.")
+def test_startup_ports_closed(node, hosts):
+    held = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and u.startup_only]
+    if not held:
+        pytest.skip("no start-up-only port planned on this node")
+    live = _listening(hosts[node.name])
+    still = [f"{use.purpose} {port} of {proc.id}" for use, proc in held
+             for port in range(use.span[0], use.span[1] + 1) if port in live]
+    assert not still, (f"{node.name}: expected closed after start-up, seen listening: {'; '.join(still)}. vLLM "
+                       "closes it once the engines have handshaken, so another process holds it (a stale head or "
+                       "a stray): find it with ss -ltnp and stop it, or the next start-up cannot bind the port")
+
+
 def _planned_port(proc) -> int | None:
     argv = proc.argv
     return int(argv[argv.index("--port") + 1]) if "--port" in argv else None

@@ -8,7 +8,9 @@ proves each one is caught by exactly its intended checks and prints the table.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ class Fault:
     message: str = ""  # text the gate failure must contain
     # live, running: commands that undo the fault, so the next fault shares the bring-up
     revert: list[tuple[str, list[str]]] = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # live, at start: the kit's environment for up and the suite
 
     @property
     def kind(self) -> str:
@@ -282,6 +285,7 @@ STATIC = [
 ]
 
 _TEMPLATE = "/root/k3lab/run_dp_template.sh"
+_START = "/root/k3lab/start_engine.sh"
 # an edited script on a node no longer equals the rendered one: the golden check sees it too
 _EDITED_D = {f"test_staged_artefacts_match_rendered[d{i}]" for i in range(4)}
 # Conformance test ids a broken PD request path fails (all go through the proxy).
@@ -294,6 +298,20 @@ def _unreachable_from_all(sid: str, node: str, dev: int) -> dict:
     others = [n.name for n in siminventory.default(sid).nodes if n.name != node and n.role != "metaservice"]
     return {"running": [(o, ["k3sim-fault", "add", "unreachable", f"@vnic:{node}:{dev}"]) for o in others],
             "revert": [(o, ["k3sim-fault", "clear", "unreachable"]) for o in others]}
+
+
+def _stray(node: str, name: str, program: str) -> dict:
+    """Another process started on ``node`` after start-up, stopped again by its pid file."""
+    pid = f"/tmp/k3lab-stray-{name}.pid"
+    return {"running": [(node, ["bash", "-c", f"nohup {program} >/dev/null 2>&1 & echo $! > {pid}"])],
+            "revert": [(node, ["bash", "-c", f'kill "$(cat {pid})" && rm -f {pid}'])]}
+
+
+def _stray_listener(node: str, port: int) -> dict:
+    """A process that only listens on ``port`` (accepts nothing)."""
+    listen = (f"import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(86400)")
+    return _stray(node, f"listen-{port}", f'python3 -c "{listen}"')
 
 
 def _hw(node: str, path: str, value: str) -> dict:
@@ -346,8 +364,24 @@ LIVE = [
           S({"test_hccn_tls_consistent"}),
           **_hw("d1", "devices.6.tls_error", "dsmi_get_tls_cfg failed, ret = 87"),
           message="gave no 'tls switch[N]' on [('d1', 6)]"),
+    # A3 checks -vnic: a die without a vNIC address fails the address check and, as every device is
+    # a source and a target once per run, the reachability check names it too. On-sample d1/4, off p3/13.
+    Fault("L-DEVICE-ADDR", "a die without its vNIC address", "a3_pd_1m",
+          S({"test_hccn_device_addresses[d1]", "test_cross_node_reachability"}), **_hw("d1", "devices.4.no_vnic", "true"),
+          message="expected an ipaddr, seen {4: 'vnic link status: UP"),
+    Fault("L-DEVICE-ADDR-OFF", "a die without its vNIC address (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_device_addresses[p3]", "test_cross_node_reachability"}), **_hw("p3", "devices.13.no_vnic", "true"),
+          message="p3 device 13: no vnic address"),
+    # A2 checks -ip: a device with no IP also reports net health Init (it cannot reach its netdetect address)
+    Fault("L-DEVICE-IP-A2", "an A2 NPU without its device IP", "k3_a2_mixed",
+          S({"test_hccn_device_addresses[node2]", "test_hccn_net_health[node2]", "test_cross_node_reachability"}),
+          **_hw("node2", "devices.5.no_ip", "true"), message="seen {5: 'Get ipconf failed"),
+    # vLLM closes the DP RPC port after the handshake: a listener there after start-up is another process
+    Fault("L-DP-RPC-HELD", "the DP RPC port listens after start-up (a stray process holds it)", "k3_a3_mixed",
+          S({"test_startup_ports_closed[node0]"}), **_stray_listener("node0", 12345),
+          message="seen listening: DP RPC (--data-parallel-rpc-port) 12345 of node0/engine"),
     Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
-          running=[("p2", ["bash", "-c", "nohup python3 -m http.server 8000 >/dev/null 2>&1 &"])]),
+          **_stray("p2", "http-8000", "python3 -m http.server 8000"), message="p2:8000 answered"),
     Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",
           S(_PD_REQUESTS | {"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
           running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])],
@@ -425,6 +459,24 @@ LIVE = [
           S({"test_image_request", *_EDITED_D}),
           at_start={"edit": {d: [(_TEMPLATE, r"s/^--skip-mm-profiling \\$/--skip-mm-profiling --language-model-only \\/")]
                              for d in ("d0", "d1", "d2", "d3")}}),
+    # Ranks started on the wrong nodes: the groups still form (ranks 1 and 2 both join), only the owners
+    # differ from the plan. The edited scripts also differ from the rendered ones.
+    Fault("L-DP-RANKS-SWAPPED", "DP start ranks of node1 and node2 swapped", "k3_a3_mixed",
+          S({"test_engine_ranks_claimed_once", "test_staged_artefacts_match_rendered[node1]",
+             "test_staged_artefacts_match_rendered[node2]"}),
+          at_start={"edit": {"node1": [(_START, "s/^export DP_START_RANK=1$/export DP_START_RANK=2/")],
+                             "node2": [(_START, "s/^export DP_START_RANK=2$/export DP_START_RANK=1/")]}}),
+    # A PP node rank on the wrong node also binds the other stage's KV handshake ports.
+    Fault("L-PP-RANKS-SWAPPED", "Prefill PP node ranks of p1 and p2 swapped", "a3_pd_1m",
+          S({"test_engine_ranks_claimed_once", "test_planned_ports_listen[p1]", "test_planned_ports_listen[p2]",
+             "test_staged_artefacts_match_rendered[p1]", "test_staged_artefacts_match_rendered[p2]"}),
+          at_start={"edit": {"p1": [(_TEMPLATE, "s/^NODE_RANK=1$/NODE_RANK=2/")],
+                             "p2": [(_TEMPLATE, "s/^NODE_RANK=2$/NODE_RANK=1/")]}}),
+    # With a key configured, every API must refuse a bare request: one engine started without it is open.
+    Fault("L-API-KEY-MISSING", "the head engine starts without the API key (VLLM_API_KEY unset in its script)",
+          "k3_a2_mixed", S({"test_api_key_enforced[node0:8000]", "test_staged_artefacts_match_rendered[node0]"}),
+          at_start={"edit": {"node0": [(_START, "1a unset VLLM_API_KEY")]}}, env={"K3LAB_API_KEY": "k3lab-fault-key"},
+          message="node0: /v1/models without a key answered 200"),
     Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
           at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
           message="Device 7 Health Status: Alarm"),
@@ -440,19 +492,29 @@ def run_static(fault: Fault) -> set[str]:
     return {f.check for f in preflight.run(r.plan, r.files, sim_subnet=r.sim_subnet)}
 
 
-def _failing_tests(junit: Path) -> set[str]:
-    out = set()
+def _failing_tests(junit: Path) -> dict[str, str]:
+    """Failing (or erroring) test id -> its failure text."""
+    out: dict[str, str] = {}
     for tc in ET.parse(junit).iter("testcase"):
-        if tc.find("failure") is not None or tc.find("error") is not None:
-            out.add(tc.get("name").split("@", 1)[0])
+        bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+        if bad is not None:
+            out[tc.get("name").split("@", 1)[0]] = f"{bad.get('message') or ''}\n{bad.text or ''}"
     return out
 
 
-def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> set[str]:
+def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> dict[str, str]:
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), f"--run-dir={run_dir}", "-q", "-p",
            "no:cacheprovider", "-n", "2", "--dist", "loadgroup", f"--junitxml={out}", *(extra or [])]
     subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=900)
     return _failing_tests(out)
+
+
+def _caught(f: Fault, failures: dict[str, str]) -> set[str]:
+    """The failing checks; with an expected message, a row whose failures all lack it says so."""
+    observed = set(failures)
+    if f.message and observed and not any(f.message in text for text in failures.values()):
+        observed.add(f"(no failure says {f.message!r})")
+    return observed
 
 
 def _resolve(run, arg: str) -> str:
@@ -521,13 +583,13 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
                 if f.scenario not in baselined:  # one healthy baseline per scenario shows 0 false positives
                     baselined.add(f.scenario)
                     base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
-                    add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), base))
+                    add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), set(base)))
             try:
                 inject(run, f)
             except RuntimeError as exc:
                 add(_row(f, {f"injection failed: {exc}"}))
             else:
-                add(_row(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")))
+                add(_row(f, _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))))
             if f.revert and _revert(run, f):
                 continue  # undone in place: the next fault of this scenario shares the deployment
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
@@ -540,7 +602,26 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
     return rows
 
 
+@contextlib.contextmanager
+def _environ(env: dict):
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _run_start_fault(f: Fault) -> set[str]:
+    with _environ(f.env):
+        return _start_fault(f)
+
+
+def _start_fault(f: Fault) -> set[str]:
     from . import lifecycle
 
     try:
@@ -549,7 +630,7 @@ def _run_start_fault(f: Fault) -> set[str]:
         stage = str(exc).split(":", 1)[0].removeprefix("stage ")
         return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
     try:
-        return conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml")
+        return _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))
     finally:
         lifecycle.down(run)
 

@@ -60,6 +60,13 @@ def test_injected_net_health_tls_and_missing_ip(tmp_path):
     assert hccn(tmp_path, "-i", "5", "-ip", "-g").stdout.startswith("Get ipconf failed")  # device without an ip
 
 
+def test_missing_vnic_address_shows_in_query_and_hccs_ping(tmp_path):
+    faults = {"devices": {"0": {"no_vnic": True}}}
+    assert "vnic ipaddr: \n" in hccn(tmp_path, "-i", "0", "-vnic", "-g", faults=faults).stdout
+    hccs = hccn(tmp_path, "-i", "0", "-hccs_ping", "-g", "address", "127.0.0.4", "cnt", "1", faults=faults)
+    assert hccs.returncode != 0 and "1 packets transmitted, 0 received" in hccs.stdout
+
+
 def test_roce_ping_reaches_a_local_address(tmp_path):
     done = hccn(tmp_path, "-i", "1", "-ping", "-g", "address", "127.0.0.1", platform="A2")
     lines = done.stdout.splitlines()

@@ -34,3 +34,37 @@ def test_markdown_table_counts_rows():
     text = faults.markdown(rows, 12.3)
     assert text.startswith("# k3lab fault matrix: 1/2 rows as intended, wall 12 s")
     assert "| B | live | s | m | (none) | x | MISMATCH |" in text
+
+
+# Checks no live fault row can fail, and why (kept short: each entry is a gap to close).
+NO_LIVE_FAULT = {
+    # compares the kit's own render with golden/, no node involved: the same drift fails
+    # tests/unit/test_golden.py, and a wrong staged file fails test_staged_artefacts_match_rendered
+    "test_rendered_equals_golden",
+}
+
+
+def test_every_live_check_has_a_fault():
+    import ast
+    from pathlib import Path
+
+    checks = set()
+    for path in (Path(faults.ROOT) / "conformance").glob("test_*.py"):
+        for fn in ast.parse(path.read_text()).body:
+            if isinstance(fn, ast.FunctionDef) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "id", "") == "conformance" for d in fn.decorator_list):
+                checks.add(fn.name)
+    covered = {e.split("[", 1)[0] for f in faults.LIVE for e in f.expect}
+    assert checks - covered == NO_LIVE_FAULT, f"checks no live fault fails: {sorted(checks - covered - NO_LIVE_FAULT)}"
+
+
+def test_new_rows_of_issue_10_are_in_the_catalog():
+    assert {"L-DP-RANKS-SWAPPED", "L-PP-RANKS-SWAPPED", "L-DP-RPC-HELD", "L-DEVICE-ADDR", "L-DEVICE-ADDR-OFF",
+            "L-DEVICE-IP-A2", "L-API-KEY-MISSING"} <= set(faults.CATALOG)
+
+
+def test_a_running_fault_whose_failures_lack_its_message_is_flagged():
+    f = faults.Fault("X", "m", "s", frozenset({"t"}), running=[("n", ["true"])], message="specific text")
+    assert faults._caught(f, {"t": "AssertionError: specific text here"}) == {"t"}
+    assert faults._caught(f, {"t": "AssertionError: something else"}) == {"t", "(no failure says 'specific text')"}
+    assert faults._caught(f, {}) == set()

@@ -101,8 +101,13 @@ def vnic(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], in
         return [UNSUPPORTED], EXIT_FAIL
     dev, fault = state(node, device_id)
     return [f"vnic link status: {fault.get('vnic_link', 'UP')}",
-            f"vnic ipaddr: {dev.get('vnic_ip', '')}",
+            f"vnic ipaddr: {vnic_ip(dev, fault)}",
             f"vnic netmask: {dev.get('vnic_netmask', dev.get('netmask', '255.255.255.0'))}"], 0
+
+
+def vnic_ip(dev: dict, fault: dict) -> str:
+    """The die's vNIC address; empty when none is configured (fault ``no_vnic``: as if never set)."""
+    return "" if fault.get("no_vnic") else dev.get("vnic_ip", "")
 
 
 def netdetect(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
@@ -185,8 +190,9 @@ def hccs_ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str]
     dev, fault = state(node, device_id)
     # HCCS joins the dies of one super pod only: a vNIC address in another super pod gets no answer
     other_pod = node.super_pod_of(target) not in (None, node.super_pod)
-    blocked = fault.get("vnic_link", "UP") != "UP" or not dev.get("vnic_ip") or other_pod
-    rtts = echoes(node, dev.get("vnic_ip", ""), target, count, blocked)
+    source = vnic_ip(dev, fault)
+    blocked = fault.get("vnic_link", "UP") != "UP" or not source or other_pod
+    rtts = echoes(node, source, target, count, blocked)
     lines = [f"device {device_id} PING {target}"]
     for seq, rtt in enumerate(rtts):
         lines.append("This pkt ping success!" if rtt is not None else "This pkt check recv msg fail!")
