@@ -417,7 +417,8 @@ LIVE = [
     Fault("L-DP-RANK-IGNORED", "the head API ignores X-data-parallel-rank (status codes stay right)", "k3_a3_mixed",
           S({"test_dp_rank_routing", "test_every_api_engine_serves"}),
           running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
-          revert=[("node0", ["k3sim-fault", "clear", "engine.ignore_dp_rank_header"])]),
+          revert=[("node0", ["k3sim-fault", "clear", "engine.ignore_dp_rank_header"])],
+          message="pinned to rank 3, vllm:request_success_total moved on engines"),
     Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
           S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
           running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
@@ -561,7 +562,10 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
         if report:
             report.parent.mkdir(parents=True, exist_ok=True)
             report.write_text(json.dumps(rows, indent=2))
-            report.with_suffix(".md").write_text(markdown(rows, time.monotonic() - started))
+            text = markdown(rows, time.monotonic() - started)
+            if live:
+                text += "\n## Every live check, its faults and controls\n\n" + coverage_markdown(rows, live_checks())
+            report.with_suffix(".md").write_text(text)
 
     faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
     for f in faults:
@@ -651,6 +655,62 @@ def markdown(rows: list[dict], wall_s: float) -> str:
         out.append(f"| {r['fault']} | {r['kind']} | {r['scenario']} | {r['mode']} | "
                    f"{', '.join(r['expected']) or '(none)'} | {', '.join(r['observed']) or '(none)'} | {r['verdict']} |")
     return "\n".join(out) + "\n"
+
+
+# Controls inside a check, beside the healthy baselines: what must NOT happen for the check to pass.
+NEGATIVE_CONTROLS = {
+    "test_tool_call": "test_tool_call_not_forced: tools offered, unrelated question, no call",
+    "test_tool_call_not_forced": "test_tool_call: the related question must call the right tool",
+    "test_external_cache_hits_on_repeated_prefix": "a fresh prompt on the same engine must not hit",
+    "test_dp_rank_routing": "only the pinned engine's counter moves; an out-of-range rank answers 400",
+    "test_every_api_engine_serves": "no other engine's counter moves",
+    "test_decode_pulls_kv_from_every_prefill": "each pair asked directly (no proxy retry hides a pair)",
+    "test_proxy_reaches_every_engine": "per-engine counters, not status codes",
+    "test_pool_stores_blocks": "a per-run nonce keeps the prompt new on a kept deployment",
+    "test_pool_hits_across_engines": "per-run nonce; the second engine's local cache cannot serve it",
+    "test_api_key_enforced": "the same request with the key answers 200",
+    "test_max_model_len_enforced": "a request within the limit answers 200",
+    "test_hccn_tls_consistent": "unparsed output fails (L-TLS-UNPARSED)",
+    "test_headless_nodes_expose_no_api": "the head's API answers on the same port (test_health)",
+    "test_startup_ports_closed": "test_planned_ports_listen: the other planned ports listen",
+}
+
+
+def _off_sample(r: dict) -> bool:
+    text = f"{r['fault']} {r['mode']}".lower()
+    return r["fault"].endswith("-OFF") or "off-sample" in text or "another node" in text or "another prefill" in text
+
+
+def coverage_markdown(rows: list[dict], checks: list[str]) -> str:
+    """The closing-note table: each live check, the rows that failed it as intended (on-sample and
+    off-sample), and its controls (in-check negative control, healthy baselines with 0 failures)."""
+    base = [r for r in rows if r["fault"].startswith("BASELINE-")]
+    clean = [r["scenario"] for r in base if r["verdict"] == "ok"]
+    out = ["| check | fault that fails it (on-sample) | off-sample variant | negative control / healthy baseline |",
+           "|---|---|---|---|"]
+    for check in checks:
+        hits = [r for r in rows if r["verdict"] == "ok" and not r["fault"].startswith("BASELINE-")
+                and any(e.split("[", 1)[0] == check for e in r["expected"])]
+        on = [r["fault"] for r in hits if not _off_sample(r)]
+        off = [r["fault"] for r in hits if _off_sample(r)]
+        control = NEGATIVE_CONTROLS.get(check, "")
+        baseline = f"0 failures on the healthy baselines ({', '.join(clean)})" if clean else "no baseline run"
+        out.append(f"| {check} | {', '.join(on) or '(none)'} | {', '.join(off) or '(none)'} | "
+                   f"{control + '; ' if control else ''}{baseline} |")
+    return "\n".join(out) + "\n"
+
+
+def live_checks() -> list[str]:
+    """Every conformance check (functions decorated with ``@conformance``), in file order."""
+    import ast
+
+    out = []
+    for path in sorted((ROOT / "conformance").glob("test_*.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if isinstance(fn, ast.FunctionDef) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "id", "") == "conformance" for d in fn.decorator_list):
+                out.append(fn.name)
+    return out
 
 
 def print_table(rows: list[dict]) -> None:

@@ -45,17 +45,22 @@ NO_LIVE_FAULT = {
 
 
 def test_every_live_check_has_a_fault():
-    import ast
-    from pathlib import Path
-
-    checks = set()
-    for path in (Path(faults.ROOT) / "conformance").glob("test_*.py"):
-        for fn in ast.parse(path.read_text()).body:
-            if isinstance(fn, ast.FunctionDef) and any(
-                    isinstance(d, ast.Call) and getattr(d.func, "id", "") == "conformance" for d in fn.decorator_list):
-                checks.add(fn.name)
+    checks = set(faults.live_checks())
+    assert "test_tool_call" in checks and "test_startup_ports_closed" in checks
     covered = {e.split("[", 1)[0] for f in faults.LIVE for e in f.expect}
     assert checks - covered == NO_LIVE_FAULT, f"checks no live fault fails: {sorted(checks - covered - NO_LIVE_FAULT)}"
+
+
+def test_coverage_table_splits_on_and_off_sample():
+    rows = [{"fault": "BASELINE-s", "kind": "live", "scenario": "s", "mode": "healthy baseline", "expected": [],
+             "observed": [], "verdict": "ok"},
+            {"fault": "L-X", "kind": "live", "scenario": "s", "mode": "m", "expected": ["test_a[n1]"],
+             "observed": ["test_a[n1]"], "verdict": "ok"},
+            {"fault": "L-X-OFF", "kind": "live", "scenario": "s", "mode": "m", "expected": ["test_a[n2]"],
+             "observed": ["test_a[n2]"], "verdict": "ok"}]
+    text = faults.coverage_markdown(rows, ["test_a", "test_b"])
+    assert "| test_a | L-X | L-X-OFF | 0 failures on the healthy baselines (s) |" in text
+    assert "| test_b | (none) | (none) |" in text
 
 
 def test_new_rows_of_issue_10_are_in_the_catalog():
