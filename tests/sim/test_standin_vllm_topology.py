@@ -36,6 +36,7 @@ def test_internal_dp_head_workers_duplicate_and_rank_routing(tmp_path, procs):
     assert not port_open(port)
     procs(VLLM + _dp(model, 2, rpc, port), env(tmp_path, "n2"))
     wait_ready(head, port)
+    assert not port_open(rpc)  # as real vLLM: the handshake port is closed once the engines have started
     status, body, _ = request(port, "/v1/chat/completions", chat(), headers={"X-data-parallel-rank": "2"})
     assert status == 200, body
     text = request(port, "/metrics")[1]

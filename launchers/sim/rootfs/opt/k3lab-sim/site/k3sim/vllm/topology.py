@@ -81,12 +81,16 @@ class GroupServer:
 
     def close_listener(self) -> None:
         """Stop accepting: vLLM binds the DP RPC port in a ``with`` block of ``launch_core_engines`` and
-        closes it once the engines have handshaken. Members keep their established connections."""
+        closes it once the engines have handshaken. Members keep their established connections.
+
+        shutdown() first: a close() alone leaves the socket listening while the accept thread still
+        blocks in accept() on it (the kernel keeps it open for that call)."""
         if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
+            for stop in (lambda: self._sock.shutdown(socket.SHUT_RDWR), self._sock.close):
+                try:
+                    stop()
+                except OSError:
+                    pass
 
     def _accept(self) -> None:
         assert self._sock is not None
