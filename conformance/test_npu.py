@@ -73,7 +73,7 @@ def test_hccn_net_health(node, hosts):
 @conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
 def test_hccn_device_addresses(node, hosts):
     option = "-vnic -g" if node.platform == "A3" else "-ip -g"
-    answered, bad = _unhealthy(node, hosts, option, lambda t: re.search(r"ipaddr:\s*\d", t))
+    answered, bad = _unhealthy(node, hosts, option, lambda t: re.search(r"ipaddr:[ \t]*\d", t))
     assert answered == node.device_count and not bad, \
         (f"{node.name}: {answered}/{node.device_count} devices answered {option}; expected an ipaddr, seen {bad} "
          f"(device -> output); set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s")
@@ -106,9 +106,10 @@ def test_hccn_tls_consistent(plan, hosts):
 
 
 def _retrying(cmd: str) -> str:
-    """Shell: run ``cmd`` until hccn_tool is not busy (20 tries, 0.2 s apart), print its output."""
-    return (f"n=0; while out=$({cmd} 2>&1); echo \"$out\" | grep -q 'hccn_tool is busy' && [ $n -lt 20 ]; "
-            f"do n=$((n+1)); sleep 0.2; done; echo \"$out\"")
+    """Shell: run ``cmd`` until hccn_tool is not busy and says something (20 tries, 0.2 s apart), print
+    its output. (An empty answer is retried too: under load one call in a few hundred printed nothing.)"""
+    return (f"n=0; while out=$({cmd} 2>&1); {{ [ -z \"$out\" ] || echo \"$out\" | grep -q 'hccn_tool is busy'; }} "
+            f"&& [ $n -lt 20 ]; do n=$((n+1)); sleep 0.2; done; echo \"$out\"")
 
 
 def _blocks(out: str, marker: str) -> dict[str, str]:
@@ -136,7 +137,8 @@ def _addresses(host, node) -> tuple[dict[int, dict[str, str]], str | None]:
             m = re.search(r"Super Pod ID\s*:\s*(\d+)", text)
             spod = m.group(1) if m else None
             continue
-        m = re.search(r"vnic ipaddr:\s*(\S+)" if kind == "vnic" else r"^ipaddr:\s*(\S+)", text, re.M)
+        # [ \t]*, not \s*: an unset address ("vnic ipaddr: " then a newline) must not match the next line
+        m = re.search(r"vnic ipaddr:[ \t]*(\d\S*)" if kind == "vnic" else r"^ipaddr:[ \t]*(\d\S*)", text, re.M)
         if m:
             devices.setdefault(int(dev), {})[kind] = m.group(1)
     return devices, spod

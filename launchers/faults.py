@@ -382,10 +382,14 @@ LIVE = [
           message="seen listening: DP RPC (--data-parallel-rpc-port) 12345 of node0/engine"),
     Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
           **_stray("p2", "http-8000", "python3 -m http.server 8000"), message="p2:8000 answered"),
+    # Real vLLM fails a request whose KV the Decode cannot load (kv_load_failure_policy defaults to
+    # "fail"), so every PD request fails and each Decode/Prefill pair is named. The external-cache check
+    # measures pool producers (Decode counts every pull as hits): a3_pd_1m has no pool, it does not apply.
     Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",
           S(_PD_REQUESTS | {"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
           running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])],
-          revert=[("p0", ["k3sim-fault", "clear", "engine.drop_kv_handshake"])]),
+          revert=[("p0", ["k3sim-fault", "clear", "engine.drop_kv_handshake"])],
+          message="Decode d3 did not pull KV from Prefill p0"),
     # The proxy's /healthcheck still counts 4 Decode instances (it never probes them); test_proxy_answers
     # sees them counted but silent. The Decode DP group goes down with its rank, as vLLM's does.
     Fault("L-DECODE-STOPPED", "a Decode engine stops (the proxy keeps counting and routing to it)", "a3_pd_1m",
@@ -409,11 +413,13 @@ LIVE = [
     Fault("L-KV-PULL-D2", "Decode d2 cannot reach the Prefill KV ports", "a3_pd_1m",
           S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
           running=[("d2", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
-          revert=[("d2", ["k3sim-fault", "clear", "engine.kv_pull_refused"])]),
+          revert=[("d2", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
+          message="Decode d2 did not pull KV from Prefill p0"),
     Fault("L-KV-PULL-D3", "Decode d3 cannot reach the Prefill KV ports (off-sample)", "a3_pd_1m",
           S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
           running=[("d3", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
-          revert=[("d3", ["k3sim-fault", "clear", "engine.kv_pull_refused"])]),
+          revert=[("d3", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
+          message="Decode d3 did not pull KV from Prefill p0"),
     Fault("L-DP-RANK-IGNORED", "the head API ignores X-data-parallel-rank (status codes stay right)", "k3_a3_mixed",
           S({"test_dp_rank_routing", "test_every_api_engine_serves"}),
           running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
