@@ -186,8 +186,9 @@ def test_cross_node_reachability(plan, hosts, run_dir):
 
     def ping_all(name):
         todo = pairs.get(name, [])
-        script = "; ".join(f"echo '@@ {k}'; " + _retrying(f"{HCCN} -i {d} {verb} -g address {t}")
-                           for k, (d, _, _, verb, t) in enumerate(todo))
+        # a leading marker line: the first pair's answer never depends on the start of the stream
+        script = "echo '@@ start'; " + "; ".join(f"echo '@@ {k}'; " + _retrying(f"{HCCN} -i {d} {verb} -g address {t}")
+                                                 for k, (d, _, _, verb, t) in enumerate(todo))
         return _blocks(hosts[name].run(script).stdout, "@@ ") if todo else {}
 
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -585,6 +585,8 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
         for f in in_place:
             run = running.get(f.scenario)
             if run is None:
+                for other in list(running):  # one run at a time: up refuses while another run is up
+                    lifecycle.down(running.pop(other))
                 try:
                     run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
                 except (lifecycle.GateFailed, SystemExit) as exc:
@@ -604,6 +606,8 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
                 continue  # undone in place: the next fault of this scenario shares the deployment
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
             running.pop(f.scenario)
+        for other in list(running):
+            lifecycle.down(running.pop(other))
         for f in [f for f in faults if f.kind == "live" and f.at_start]:
             add(_row(f, _run_start_fault(f)))
     finally:
