@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import errors
@@ -431,7 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; every failure becomes a message and a documented exit code (see errors.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _run(argv)
+        code = _run(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, so that a closed pipe is handled below
+        return code
+    except BrokenPipeError:  # before ConnectionError (environment): the reader stopped reading, nothing failed
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush must not fail again
+        return errors.PIPE_CLOSED
     except errors.K3labError as exc:
         _say(exc)
         return exc.exit_code

@@ -9,6 +9,7 @@ code   meaning
 3      environment error (Docker engine, SSH, a run still up)
 4      internal error: a one-line message; the traceback goes to a log file
 130    interrupted (Ctrl-C / SIGTERM), after teardown
+141    the reader closed the output pipe (``k3lab list | head``): no message, as with SIGPIPE
 =====  =========================================================================
 
 Raise a subclass of :class:`K3labError` with a message that names the file, field or node and
@@ -26,6 +27,7 @@ USAGE = 2
 ENVIRONMENT = 3
 INTERNAL = 4
 INTERRUPTED = 130
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool that SIGPIPE ended
 
 EXIT_CODES_HELP = """exit codes:
   0  ok
@@ -34,7 +36,8 @@ EXIT_CODES_HELP = """exit codes:
   3  environment error (Docker engine, SSH, a run still up)
   4  internal error (one-line message; traceback in a log file under $K3LAB_LOG_DIR
      or ~/.cache/k3lab/logs)
-  130 interrupted (teardown still ran)"""
+  130 interrupted (teardown still ran)
+  141 the reader closed the output pipe (k3lab list | head)"""
 
 
 class K3labError(Exception):

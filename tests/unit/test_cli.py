@@ -54,6 +54,19 @@ def test_every_option_has_help_and_o_lists_its_keys():
     assert "draft:" in text and "parsers:" in text
 
 
+@pytest.mark.parametrize("argv", [["list"], ["schema"], ["faults", "--list"]])
+def test_a_closed_output_pipe_ends_quietly(argv):
+    # `k3lab list | head -1`: the reader has gone; no "environment error", no traceback at exit
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        res = subprocess.run([sys.executable, "-m", "launchers.cli", *argv], stdout=w, stderr=subprocess.PIPE,
+                             text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert res.returncode == errors.PIPE_CLOSED and res.stderr == ""
+
+
 def test_python_m_runs_the_whole_module_before_main():
     # `python -m launchers.cli` runs main() at the __main__ guard: helpers defined after it did not exist yet
     res = subprocess.run([sys.executable, "-m", "launchers.cli", "rendr", "a3_pd"], capture_output=True, text=True,
