@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
 import sys
-import tarfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +59,8 @@ def _locked(name: str):
 
 
 def _run(cmd: list[str], env: dict[str, str] | None, what: str, where: Path | None = None) -> None:
+    import subprocess  # here: render and preflight import this module for version_for() only
+
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -118,6 +118,8 @@ def examples(version: str) -> dict[str, bytes]:
 
     Extraction runs under the cache lock and each file appears by an atomic rename of a private
     temporary: parallel callers (labemu loads several engines at once) never see a torn file."""
+    import tarfile  # here: render and preflight import this module for version_for() only
+
     out_dir = cache_dir() / "vllm-ascend" / version
     if all((out_dir / f).is_file() for f in FILES):
         return {f: (out_dir / f).read_bytes() for f in FILES}
