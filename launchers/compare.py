@@ -6,7 +6,7 @@ either:
 
 * verdict change (PASS / FAIL / INCOMPLETE);
 * **new failures**: items failing or incomplete in B that passed, were not applicable or did not
-  exist in A; **fixed**: the reverse; **still failing** is counted, not listed;
+  exist in A; **fixed**: the reverse; blocking items failing in both are counted, not listed;
 * **expected values** that changed (the checks' ``expected`` property: a different plan or policy);
 * **versions** read from the nodes that changed;
 * **perf and accuracy deltas** of the metrics both sides recorded, with the policy's threshold or
@@ -97,7 +97,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], policy: Policy) -> dict[str, A
             elif bad_a and not bad_b and y is not None:
                 row["fixed"].append({"key": key, "id": x["id"], "level": x["level"], "was": x["status"],
                                      "now": y["status"]})
-            elif bad_a and bad_b:
+            elif bad_a and bad_b and y["level"] == "block":
                 row["still_failing"] += 1
             if x and y and x.get("expected") and y.get("expected") and x["expected"] != y["expected"]:
                 row["expected_changed"].append({"key": key, "a": x["expected"], "b": y["expected"]})
@@ -150,7 +150,7 @@ def text(doc: dict[str, Any]) -> str:
             tag = "not comparable (simulator)" if not m["comparable"] else ("ok" if m["within"] else "PAST LIMIT")
             out.append(f"  {m['metric']}: {m['a']:g} -> {m['b']:g} ({m['delta']:+g}; {m['rule']}) {tag}")
         if r["still_failing"]:
-            out.append(f"  {r['still_failing']} item(s) failing in both")
+            out.append(f"  {r['still_failing']} blocking item(s) failing or incomplete in both")
     out.append(f"{same} scenario(s) unchanged")
     return "\n".join(out) + "\n"
 
