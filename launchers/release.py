@@ -169,15 +169,7 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
     if live:
         t1 = time.monotonic()
         if target == "sim":
-            import docker
-
-            from .sim import image, vllm_ascend
-
-            # every image the cycles need, built once up front: two cycles importing the same tag at
-            # once would each make an image, and their nodes would record different image ids
-            client = docker.from_env(timeout=120)
-            for version in sorted({vllm_ascend.version_for(catalog.SCENARIOS[s].seed) for s in scenarios}):
-                _log(f"sim image {image.ensure(client, version)} (vllm-ascend {version}) ready")
+            _build_images(scenarios)
         runner = Live(out, max(1, jobs), target, timeout, pytest_extra or [])
         runnable = [s for s in scenarios if not any(r["status"] == "fail" for r in static[s])]
         for sid in set(scenarios) - set(runnable):
@@ -231,6 +223,18 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
 
     releasereport.write_all(out, doc)
     return doc
+
+
+def _build_images(scenarios: list[str]) -> None:
+    """Every sim image the cycles need, built once up front: two cycles importing the same tag at
+    once would each make an image, and their nodes would record different image ids."""
+    import docker
+
+    from .sim import image, vllm_ascend
+
+    client = docker.from_env(timeout=120)
+    for version in sorted({vllm_ascend.version_for(catalog.SCENARIOS[s].seed) for s in scenarios}):
+        _log(f"sim image {image.ensure(client, version)} (vllm-ascend {version}) ready")
 
 
 def _node_count(sid: str) -> int:
