@@ -19,6 +19,21 @@ from launchers.plan import Plan
 pytest_plugins = ["conformance.plugin"]
 
 
+def pytest_configure(config):
+    """The controller (or a run without xdist) makes the directory where workers share each node's
+    tool batch (conformance.nodetools); workers inherit it through the environment."""
+    if hasattr(config, "workerinput"):
+        return
+    import shutil
+    import tempfile
+
+    from conformance import nodetools
+
+    config._k3lab_tools_dir = tempfile.mkdtemp(prefix="k3lab-node-tools-")
+    os.environ[nodetools.DIR_ENV] = config._k3lab_tools_dir
+    config.add_cleanup(lambda: shutil.rmtree(config._k3lab_tools_dir, ignore_errors=True))
+
+
 def _run_dir(config) -> Path:
     raw = config.getoption("--run-dir") or os.environ.get("K3LAB_RUN_DIR")
     if not raw:
@@ -68,6 +83,24 @@ def hosts(state):
     from launchers.endpoints import hosts_from_state
 
     return hosts_from_state(state)
+
+
+@pytest.fixture(scope="session")
+def tools(hosts, plan):
+    """Per node: its read-only tool output (npu-smi, hccn_tool per device, /proc, staged files) from
+    ONE docker exec per node for the whole suite (conformance.nodetools); other commands run live."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conformance.nodetools import NodeTools, Store, shared_dir
+
+    store = Store(shared_dir())
+    tools = {n.name: NodeTools(hosts[n.name], n, store) for n in plan.nodes if n.name in hosts}
+    # every node's batch starts now, in the background: checks that need a node wait only for its own
+    pool = ThreadPoolExecutor(max_workers=max(1, len(tools)))
+    for t in tools.values():
+        pool.submit(t.prefetch)
+    yield tools
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.fixture(scope="session")

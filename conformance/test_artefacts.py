@@ -18,12 +18,12 @@ def _staged(node):
 
 
 @conformance(area="golden", must="Every artefact staged on a node MUST equal the rendered file, byte for byte.")
-def test_staged_artefacts_match_rendered(node, hosts, run_dir):
+def test_staged_artefacts_match_rendered(node, tools, run_dir):
     if not _staged(node):
         pytest.skip("no staged artefacts")
     differ = []
     for art in _staged(node):
-        live = hosts[node.name].file(art.path)
+        live = tools[node.name].file(art.path)
         rendered = (run_dir / "rendered" / node.name / art.name).read_text()
         if not live.exists or live.content_string != rendered:
             differ.append(art.path)

@@ -5,9 +5,10 @@ import re
 
 import pytest
 
+from conformance import nodetools
 from conformance.plugin import conformance
 
-HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
+HCCN = nodetools.HCCN
 
 
 KIND = "environment"  # default class of a failure here
@@ -15,8 +16,8 @@ KIND = "environment"  # default class of a failure here
 
 @conformance(area="npu", must="npu-smi info MUST print one health row per device (A3: per die, 16 on a 16-device "
              "node; A2 and 950DT: per NPU) with every Health OK.")
-def test_npu_smi_devices_healthy(node, hosts):
-    out = hosts[node.name].check_output("npu-smi info")
+def test_npu_smi_devices_healthy(node, tools):
+    out = tools[node.name].check_output("npu-smi info")
     # "| 0     Ascend910  | OK |" (A3, one row per die), "| 0     910B3  | OK |" (A2), "| 0 | Ascend950DT | OK |"
     healths = re.findall(r"^\|\s*\d+\s*\|?\s*\S+\s*\|\s*(OK|Warning|Alarm|Critical|UNKNOWN)\s*\|", out, re.M)
     assert len(healths) == node.device_count, (
@@ -28,64 +29,56 @@ def test_npu_smi_devices_healthy(node, hosts):
                      f"see npu-smi info -t health -i <card> for the error code, then reset or replace the NPU")
 
 
-BUSY = "hccn_tool is busy, please try again."
+def _per_device(tools, node, option: str) -> dict[int, str]:
+    """The guides' loop (``for i in {0..15}; do hccn_tool -i $i OPTION; done``): device -> output.
 
-
-def _per_device(host, node, option: str) -> dict[int, str]:
-    """The guides' loop (``for i in {0..15}; do hccn_tool -i $i OPTION; done``), one exec per node.
-
-    hccn_tool is not re-entrant: a call that answers busy is retried (up to 20 times, 0.2 s apart)
-    inside the same exec, so a concurrent user of the node's tool does not fail the check.
-    """
-    loop = (f"for i in $(seq 0 {node.device_count - 1}); do echo \"@@dev $i\"; n=0; "
-            f"while out=$({HCCN} -i $i {option} 2>&1); echo \"$out\" | grep -q 'hccn_tool is busy' "
-            f"&& [ $n -lt 20 ]; do n=$((n+1)); sleep 0.2; done; echo \"$out\"; done")
-    out = host.run(loop).stdout
+    Read from the node's batch (conformance.nodetools): one exec per node for the whole suite."""
     result: dict[int, str] = {}
-    for block in out.split("@@dev ")[1:]:
-        dev, _, text = block.partition("\n")
-        result[int(dev)] = text.strip()
+    for i in range(node.device_count):
+        text = tools.run(nodetools.hccn(i, option)).stdout.strip()
+        if text:
+            result[i] = text
     return result
 
 
-def _unhealthy(node, hosts, option: str, healthy) -> tuple[int, dict[int, str]]:
+def _unhealthy(node, tools, option: str, healthy) -> tuple[int, dict[int, str]]:
     """How many devices answered ``option``, and the answers that are not healthy."""
-    out = _per_device(hosts[node.name], node, option)
+    out = _per_device(tools[node.name], node, option)
     return len(out), {d: t for d, t in out.items() if not healthy(t)}
 
 
 @conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
-def test_hccn_links_up(node, hosts):
-    answered, down = _unhealthy(node, hosts, "-link -g", lambda t: "link status: UP" in t)
+def test_hccn_links_up(node, tools):
+    answered, down = _unhealthy(node, tools, "-link -g", lambda t: "link status: UP" in t)
     assert answered == node.device_count and not down, \
         (f"{node.name}: {answered}/{node.device_count} devices answered; expected 'link status: UP', seen "
          f"{down} (device -> output); check the cable and switch port of those devices")
 
 
 @conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
-def test_hccn_net_health(node, hosts):
-    answered, bad = _unhealthy(node, hosts, "-net_health -g", lambda t: "net health status: Success" in t)
+def test_hccn_net_health(node, tools):
+    answered, bad = _unhealthy(node, tools, "-net_health -g", lambda t: "net health status: Success" in t)
     assert answered == node.device_count and not bad, \
         (f"{node.name}: {answered}/{node.device_count} devices answered; expected 'net health status: Success', "
          f"seen {bad} (device -> output); check the -netdetect address and the RoCE network")
 
 
 @conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
-def test_hccn_device_addresses(node, hosts):
+def test_hccn_device_addresses(node, tools):
     option = "-vnic -g" if node.platform == "A3" else "-ip -g"
-    answered, bad = _unhealthy(node, hosts, option, lambda t: re.search(r"ipaddr:[ \t]*\d", t))
+    answered, bad = _unhealthy(node, tools, option, lambda t: re.search(r"ipaddr:[ \t]*\d", t))
     assert answered == node.device_count and not bad, \
         (f"{node.name}: {answered}/{node.device_count} devices answered {option}; expected an ipaddr, seen {bad} "
          f"(device -> output); set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s")
 
 
 @conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")
-def test_hccn_tls_consistent(plan, hosts):
+def test_hccn_tls_consistent(plan, tools):
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=8) as pool:  # nodes are independent; one exec each
+    with ThreadPoolExecutor(max_workers=8) as pool:  # nodes are independent (their batches run in parallel)
         per_node = dict(zip([n.name for n in plan.nodes],
-                            pool.map(lambda n: _per_device(hosts[n.name], n, "-tls -g"), plan.nodes)))
+                            pool.map(lambda n: _per_device(tools[n.name], n, "-tls -g"), plan.nodes)))
     silent = [n.name for n in plan.nodes if len(per_node[n.name]) != n.device_count]
     assert not silent, f"hccn_tool -tls -g did not answer for every device on {silent}"
     switches = {}
@@ -105,13 +98,6 @@ def test_hccn_tls_consistent(plan, hosts):
                              f"set the same everywhere with hccn_tool -i <device> -tls -s enable {common}")
 
 
-def _retrying(cmd: str) -> str:
-    """Shell: run ``cmd`` until hccn_tool is not busy and says something (20 tries, 0.2 s apart), print
-    its output. (An empty answer is retried too: under load one call in a few hundred printed nothing.)"""
-    return (f"n=0; while out=$({cmd} 2>&1); {{ [ -z \"$out\" ] || echo \"$out\" | grep -q 'hccn_tool is busy'; }} "
-            f"&& [ $n -lt 20 ]; do n=$((n+1)); sleep 0.2; done; echo \"$out\"")
-
-
 def _blocks(out: str, marker: str) -> dict[str, str]:
     result = {}
     for block in out.split(marker)[1:]:
@@ -120,28 +106,18 @@ def _blocks(out: str, marker: str) -> dict[str, str]:
     return result
 
 
-def _addresses(host, node) -> tuple[dict[int, dict[str, str]], str | None]:
-    """Device addresses (-ip, and -vnic on A3) and the super pod id, in ONE exec on the node."""
-    parts = []
-    for i in range(node.device_count):
-        parts.append(f"echo '@@ ip {i}'; " + _retrying(f"{HCCN} -i {i} -ip -g"))
-        if node.platform == "A3":
-            parts.append(f"echo '@@ vnic {i}'; " + _retrying(f"{HCCN} -i {i} -vnic -g"))
-    parts.append("echo '@@ spod 0'; npu-smi info -t spod-info -i 0 -c 0 2>&1")
-    out = host.run("; ".join(parts)).stdout
+def _addresses(tools, node) -> tuple[dict[int, dict[str, str]], str | None]:
+    """Device addresses (-ip, and -vnic on A3) and the super pod id, from the node's batch."""
     devices: dict[int, dict[str, str]] = {}
-    spod = None
-    for key, text in _blocks(out, "@@ ").items():
-        kind, dev = key.split()
-        if kind == "spod":
-            m = re.search(r"Super Pod ID\s*:\s*(\d+)", text)
-            spod = m.group(1) if m else None
-            continue
-        # [ \t]*, not \s*: an unset address ("vnic ipaddr: " then a newline) must not match the next line
-        m = re.search(r"vnic ipaddr:[ \t]*(\d\S*)" if kind == "vnic" else r"^ipaddr:[ \t]*(\d\S*)", text, re.M)
-        if m:
-            devices.setdefault(int(dev), {})[kind] = m.group(1)
-    return devices, spod
+    for kind in ("ip", "vnic") if node.platform == "A3" else ("ip",):
+        for dev, text in _per_device(tools, node, f"-{kind} -g").items():
+            # [ \t]*, not \s*: an unset address ("vnic ipaddr: " then a newline) must not match the next line
+            m = re.search(r"vnic ipaddr:[ \t]*(\d\S*)" if kind == "vnic" else r"^ipaddr:[ \t]*(\d\S*)", text, re.M)
+            if m:
+                devices.setdefault(dev, {})[kind] = m.group(1)
+    res = tools.run(nodetools.SPOD)
+    m = re.search(r"Super Pod ID\s*:\s*(\d+)", res.stdout + res.stderr)
+    return devices, m.group(1) if m else None
 
 
 def _sample_seed(run_dir) -> int:
@@ -155,8 +131,8 @@ def _sample_seed(run_dir) -> int:
 
 @conformance(area="hccl", must="Every device MUST reach a peer device on another node, and every device MUST be "
              "reached (-hccs_ping to the vNIC within a super pod, -ping to the device IP across super pods).")
-def test_cross_node_reachability(plan, hosts, run_dir):
-    """Each device of each node pings one device of another node, in one exec per node.
+def test_cross_node_reachability(plan, hosts, tools, run_dir):
+    """Each device of each node pings one device of another node, in one exec per node (after its batch).
 
     Source device d of node i targets node i+1+(d mod (n-1)) and its device (d+r) mod N, r the run's
     rotation: every device sends once, every device is targeted once, every node pair is covered
@@ -169,7 +145,7 @@ def test_cross_node_reachability(plan, hosts, run_dir):
         pytest.skip("single node")
     r = _sample_seed(run_dir)
     with ThreadPoolExecutor(max_workers=8) as pool:  # one exec per node, nodes in parallel
-        facts = dict(zip([n.name for n in nodes], pool.map(lambda n: _addresses(hosts[n.name], n), nodes)))
+        facts = dict(zip([n.name for n in nodes], pool.map(lambda n: _addresses(tools[n.name], n), nodes)))
     failures, pairs = [], {}
     for i, a in enumerate(nodes):
         for d in range(a.device_count):
@@ -187,7 +163,7 @@ def test_cross_node_reachability(plan, hosts, run_dir):
     def ping_all(name):
         todo = pairs.get(name, [])
         # a leading marker line: the first pair's answer never depends on the start of the stream
-        script = "echo '@@ start'; " + "; ".join(f"echo '@@ {k}'; " + _retrying(f"{HCCN} -i {d} {verb} -g address {t}")
+        script = "echo '@@ start'; " + "; ".join(f"echo '@@ {k}'; " + nodetools.hccn(d, f"{verb} -g address {t}")
                                                  for k, (d, _, _, verb, t) in enumerate(todo))
         return _blocks(hosts[name].run(script).stdout, "@@ ") if todo else {}
 

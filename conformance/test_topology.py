@@ -7,17 +7,18 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from conformance import nodetools
 from conformance.memcache import health_ok
 from conformance.plugin import conformance
 
 KIND = "environment"  # default class of a failure here
 
 
-def _listening(host) -> set[int]:
+def _listening(tools) -> set[int]:
     """Ports in LISTEN state from /proc/net/tcp{,6}: present on every Linux node, no extra tool needed."""
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        out = host.run(f"cat {table}").stdout
+        out = tools.run(f"cat {table}").stdout
         for line in out.splitlines()[1:]:
             fields = line.split()
             if len(fields) > 3 and fields[3] == "0A":
@@ -26,12 +27,12 @@ def _listening(host) -> set[int]:
 
 
 @conformance(area="ranks-ports", must="Every planned listening port MUST listen on its planned node.")
-def test_planned_ports_listen(node, hosts):
+def test_planned_ports_listen(node, tools):
     # the DP RPC port is not expected: real vLLM closes it once the engines have handshaken
     expected = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and not u.startup_only]
     if not expected:
         pytest.skip("no listening ports planned on this node")
-    live = _listening(hosts[node.name])
+    live = _listening(tools[node.name])
     missing = []
     for use, proc in expected:
         lo, hi = use.span
@@ -80,12 +81,11 @@ def test_headless_nodes_expose_no_api(plan, http):
     assert not exposed, f"headless nodes expose an API: {exposed}; start them with --headless"
 
 
-def _engine_claims(plan, hosts) -> dict[tuple[str, str, int], list[str]]:
+def _engine_claims(plan, tools) -> dict[tuple[str, str, int], list[str]]:
     """(role, 'dp'|'pp', rank) -> nodes whose live ``vllm serve`` command line claims it."""
     seen: dict[tuple[str, str, int], list[str]] = {}
     for node in plan.nodes:
-        # /proc/*/cmdline: every Linux node has it, unlike ps in slim images
-        out = hosts[node.name].run("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done").stdout
+        out = tools[node.name].run(nodetools.PROC_CMDLINES).stdout
         for line in out.splitlines():
             if " serve " not in line or "vllm" not in line:
                 continue
@@ -100,8 +100,8 @@ def _engine_claims(plan, hosts) -> dict[tuple[str, str, int], list[str]]:
 
 @conformance(area="ranks-ports", must="Every planned DP rank and PP node rank MUST be claimed by exactly one live "
              "engine, on its planned node.")
-def test_engine_ranks_claimed_once(plan, hosts):
-    seen = _engine_claims(plan, hosts)
+def test_engine_ranks_claimed_once(plan, tools):
+    seen = _engine_claims(plan, tools)
     wrong = []
     groups = [(role, "dp", ranks) for role, ranks in plan.expect.dp_groups.items()
               if not (role == "prefill" and plan.expect.pp_groups)]

@@ -16,7 +16,9 @@ the pair (endpoint, container name), never a container name alone on the local e
 from __future__ import annotations
 
 import os
+import re
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -92,21 +94,31 @@ def describe(endpoint: str) -> str:
 
 
 class ClientPool:
-    """One client per endpoint, shared by threads (docker-py clients are thread-safe)."""
+    """One client per endpoint, shared by threads (docker-py clients are thread-safe).
+
+    An ssh:// client connects (SSH handshake) when it is built; each endpoint has its own lock so
+    the handshakes of several nodes run in parallel, and each happens once per process."""
 
     def __init__(self, ssh: SshOptions | None = None) -> None:
         self.ssh = ssh or SshOptions()
         self._clients: dict[str, docker.DockerClient] = {}
         self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
 
     def get(self, endpoint: str) -> docker.DockerClient:
         with self._lock:
+            if endpoint in self._clients:
+                return self._clients[endpoint]
+            lock = self._building.setdefault(endpoint, threading.Lock())
+        with lock:
             if endpoint not in self._clients:
-                self._clients[endpoint] = docker_client(endpoint, self.ssh)
+                client = docker_client(endpoint, self.ssh)
+                with self._lock:
+                    self._clients[endpoint] = client
             return self._clients[endpoint]
 
     def close(self) -> None:
-        for c in self._clients.values():
+        for c in list(self._clients.values()):
             try:
                 c.close()
             except Exception:
@@ -167,14 +179,15 @@ class NodeHost:
     def name(self) -> str:
         return f"{self.node} ({describe(self.endpoint)})"
 
-    def exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None) -> CommandResult:
+    def exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None,
+             timeout: int | None = None) -> CommandResult:
         """One docker exec (create, start, inspect), addressed by container name: no extra inspect call."""
         with self._lock:
             self.round_trips += 1
         _record_round_trip(self.node)
         api = self.pool.get(self.endpoint).api
         try:
-            ex = api.exec_create(self.container, ["timeout", str(self.timeout), *argv], environment=env or None,
+            ex = api.exec_create(self.container, ["timeout", str(timeout or self.timeout), *argv], environment=env or None,
                                  workdir=workdir)
             out, err = api.exec_start(ex["Id"], demux=True)
             rc = api.exec_inspect(ex["Id"]).get("ExitCode")
@@ -207,6 +220,57 @@ class NodeHost:
         if res.rc != 0:
             return FileState(path, False)
         return FileState(path, True, res.stdout)
+
+    def batch(self, commands: dict[str, str], timeout: int | None = None) -> dict[str, CommandResult]:
+        """Several shell commands in ONE docker exec, each answered as if run alone (rc, stdout, stderr).
+
+        On an ``ssh://`` endpoint every exec is an SSH channel and a docker CLI on the node, so the
+        suite asks each node's tools in one go (:func:`batch_script`)."""
+        if not commands:
+            return {}
+        keys = list(commands)
+        script, token = batch_script([commands[k] for k in keys])
+        res = self.exec(["/bin/sh", "-c", script], timeout=timeout)
+        why = (res.stderr or f"batch exited {res.rc}").strip()[-300:]
+        out = []
+        for key, got in zip(keys, split_batch(res.stdout, token, len(keys))):
+            if got is None:  # the batch was cut short (timeout, container gone): no answer
+                out.append(CommandResult(command=key, rc=-1, stdout="", stderr=f"no answer: {why}", host=self.name))
+            else:
+                out.append(CommandResult(command=key, rc=got[0], stdout=got[1], stderr=got[2], host=self.name))
+        return dict(zip(keys, out))
+
+
+def batch_script(commands: list[str]) -> tuple[str, str]:
+    """A /bin/sh script running each command in its own subshell (stdin closed), and its frame token.
+
+    Each command's stdout, exit status and stderr are framed by markers carrying a random token,
+    so no output can forge a frame; :func:`split_batch` takes them apart."""
+    token = uuid.uuid4().hex
+    lines = ['d=$(mktemp -d 2>/dev/null || { mkdir -p "/tmp/.k3lab-batch-$$" && echo "/tmp/.k3lab-batch-$$"; })']
+    for k, cmd in enumerate(commands):
+        lines.append(f"printf '@@{token} {k} out\\n'; ( {cmd}\n) </dev/null 2>\"$d/e\"; rc=$?; "
+                     f"printf '\\n@@{token} {k} rc %d\\n' \"$rc\"; cat \"$d/e\" 2>/dev/null; "
+                     f"printf '\\n@@{token} {k} end\\n'")
+    lines.append('rm -rf "$d"')
+    return "\n".join(lines), token
+
+
+def split_batch(out: str, token: str, n: int) -> list[tuple[int, str, str] | None]:
+    """Per command of a :func:`batch_script`: (rc, stdout, stderr), or None when it did not finish."""
+    result: list[tuple[int, str, str] | None] = []
+    pos = 0
+    for k in range(n):
+        head = f"@@{token} {k} out\n"
+        start = out.find(head, pos)
+        rc_m = re.compile(rf"\n@@{token} {k} rc (-?\d+)\n").search(out, start) if start >= 0 else None
+        end = out.find(f"\n@@{token} {k} end\n", rc_m.end()) if rc_m else -1
+        if end < 0:
+            result.append(None)
+            continue
+        result.append((int(rc_m.group(1)), out[start + len(head):rc_m.start()], out[rc_m.end():end]))
+        pos = end
+    return result
 
 
 def hosts_from_state(state: dict, pool: ClientPool | None = None) -> dict[str, NodeHost]:

@@ -106,3 +106,34 @@ def test_describe():
     assert endpoints.describe("ssh://root@10.1.2.3") == "10.1.2.3"
     assert endpoints.describe("tcp://10.1.2.3:2375") == "10.1.2.3"
     assert endpoints.describe("unix:///var/run/docker.sock") == "local engine"
+
+
+class _LocalShellHost(NodeHost):
+    """A NodeHost whose exec runs the command on this machine (the batch's shell is what is tested)."""
+
+    def exec(self, argv, env=None, workdir=None, timeout=None):
+        import subprocess
+
+        with self._lock:
+            self.round_trips += 1
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return endpoints.CommandResult(" ".join(argv), done.returncode, done.stdout, done.stderr, self.name)
+
+
+def test_batch_answers_each_command_as_if_run_alone_in_one_round_trip():
+    host = _LocalShellHost("p0", "ssh://root@10.0.0.1", "c", _Pool())
+    got = host.batch({"a": "echo one; echo two", "b": "echo err >&2; exit 7", "c": "printf 'no newline'",
+                      "d": "cat", "e": "echo '@@fake 0 rc 0'; true", "f": "exit 0"})
+    assert host.round_trips == 1
+    assert (got["a"].rc, got["a"].stdout, got["a"].stderr) == (0, "one\ntwo\n", "")
+    assert (got["b"].rc, got["b"].stdout, got["b"].stderr) == (7, "", "err\n")
+    assert got["c"].stdout == "no newline"
+    assert (got["d"].rc, got["d"].stdout) == (0, "")  # stdin closed: nothing waits for input
+    assert (got["e"].rc, got["e"].stdout) == (0, "@@fake 0 rc 0\n")
+    assert got["f"].rc == 0 and got["f"].host == "p0 (10.0.0.1)"
+
+
+def test_batch_cut_short_leaves_the_rest_unanswered():
+    host = NodeHost("p0", "ssh://root@10.0.0.1", "c", _Pool())
+    got = host.batch({"a": "true", "b": "true"})  # the fake engine answers 'out\n' with no frames
+    assert got["a"].rc == -1 and "no answer" in got["a"].stderr
