@@ -148,7 +148,7 @@ def live(scenario: str, conformance: bool = True) -> dict:
         if conformance:
             t = time.perf_counter()
             cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), f"--run-dir={run.dir}", "-q",
-                   "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
+                   *lifecycle.SUITE_PLUGINS_OFF, "-n", "2", "--dist", "loadgroup"]
             with tempfile.TemporaryDirectory() as trips:
                 proc_res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
                                           env={**os.environ, "K3LAB_ROUND_TRIPS": trips})

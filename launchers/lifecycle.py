@@ -12,6 +12,7 @@ import argparse
 import ipaddress
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -108,9 +109,32 @@ def start_process(run: Run, proc: Process) -> None:
 
 def alive(run: Run, proc: Process) -> bool:
     """False only when the recorded PID is gone; a process that has not written its PID yet counts as alive."""
-    pid = pid_file(proc)
-    code, _ = run.backend.exec(proc.node, ["bash", "-c", f'[ ! -s {pid} ] || kill -0 "$(cat {pid})"'], timeout=10)
-    return code == 0
+    return alive_all(run, [proc])[proc.id]
+
+
+def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
+    """``alive`` for several processes: one exec per node, nodes in parallel (a round trip each on a lab)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_node: dict[str, list[Process]] = {}
+    for p in procs:
+        by_node.setdefault(p.node, []).append(p)
+
+    def node_alive(node: str) -> dict[str, bool]:
+        group = by_node[node]
+        # one line per process, in order: 0 alive (or no PID yet), 1 gone
+        script = "; ".join(f'if [ ! -s {pid_file(p)} ] || kill -0 "$(cat {pid_file(p)})" 2>/dev/null; '
+                           f"then echo 0; else echo 1; fi" for p in group)
+        code, out = run.backend.exec(node, ["bash", "-c", script], timeout=10)
+        answers = out.split()
+        # an unanswered process (exec failed, container gone) counts as gone, as a failed kill -0 did
+        return {p.id: i < len(answers) and answers[i] == "0" for i, p in enumerate(group)}
+
+    result: dict[str, bool] = {}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for got in pool.map(node_alive, by_node):
+            result.update(got)
+    return result
 
 
 def log_tail(run: Run, proc: Process, lines: int = 20) -> str:
@@ -205,8 +229,9 @@ def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) ->
         now = time.monotonic()
         if now - last_alive_check > 2:
             last_alive_check = now
+            living = alive_all(run, [procs[pid] for pid in started])
             for pid in started:
-                if not alive(run, procs[pid]):
+                if not living[pid]:
                     raise GateFailed(f"stage {stage.name}: {pid} on {procs[pid].node} exited before "
                                      f"{_describe(pending[0])}; last log lines:\n{log_tail(run, procs[pid])}")
         if now > deadline:
@@ -407,25 +432,35 @@ done | sort -t: -k2 -n -u
 
 
 def collect(run: Run) -> None:
-    """Evidence into the run dir: each process log, docker inspect, metrics of every API."""
+    """Evidence into the run dir: each process log, docker inspect, metrics of every API.
+
+    Nodes in parallel, one exec per node (every log and the open sockets in one batch): on a lab
+    each exec over ssh:// is a round trip."""
+    from .endpoints import batch_script, split_batch
+
     evidence = run.dir / "evidence"
     evidence.mkdir(parents=True, exist_ok=True)
-    for node in run.plan.nodes:
+
+    def one(node) -> None:
         if node.name not in run.backend.containers:
-            continue
+            return
         ndir = evidence / node.name
         ndir.mkdir(exist_ok=True)
         try:
             container = run.backend.containers[node.name]
             container.reload()
             (ndir / "inspect.json").write_text(json.dumps(container.attrs, indent=2, default=str))
-            for log in sorted({p.log for p in node.all_processes()}):
-                _, out = run.backend.exec(node.name, ["cat", log], timeout=10)
-                (ndir / Path(log).name).write_text(_redact(out))
-            _, out = run.backend.exec(node.name, ["bash", "-c", OPEN_SOCKETS], timeout=20)
-            (ndir / "open-sockets.txt").write_text(_redact(out))
+            logs = sorted({p.log for p in node.all_processes()})
+            script, token = batch_script([f"cat {shlex.quote(log)}" for log in logs] + [OPEN_SOCKETS])
+            _, out = run.backend.exec(node.name, ["sh", "-c", script], timeout=30)
+            parts = split_batch(out, token, len(logs) + 1)
+            for log, got in zip(logs, parts):
+                (ndir / Path(log).name).write_text(_redact(got[1] + got[2] if got else "(no answer)\n"))
+            (ndir / "open-sockets.txt").write_text(_redact(parts[-1][1] if parts[-1] else "(no answer)\n"))
         except Exception as exc:  # evidence is best effort; teardown must still run
             (ndir / "collect-error.txt").write_text(repr(exc))
+
+    run.backend.parallel(one, run.plan.nodes)
     try:  # versions as evidence, read from the nodes themselves (launchers.versions)
         from .versions import probe
 
@@ -481,6 +516,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+# The kit's own test plugins (Hypothesis, syrupy, ...) are installed beside the suite but unused by
+# it; loading them costs about 1 s of CPU in the controller and in each xdist worker.
+SUITE_PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:syrupy", "-p", "no:anyio",
+                     "-p", "no:platformdirs", "-p", "no:pytest11.testinfra"]
+
+
 def _suite(run: Run, args: argparse.Namespace) -> int:
     """The conformance suite against a deployment that is up, then evidence and reports."""
     code = 1
@@ -490,8 +531,7 @@ def _suite(run: Run, args: argparse.Namespace) -> int:
         if not any(a == "-n" or a.startswith("-n") or a.startswith("--numprocesses") for a in extra):
             extra = ["-n", "2", "--dist", "loadgroup", *extra]  # nodes' checks in parallel, one group per node
         pytest_args = [sys.executable, "-m", "pytest", str(Path(__file__).resolve().parent.parent / "conformance"),
-                       f"--run-dir={run.dir}", "-p", "no:cacheprovider", f"--junitxml={run.dir / 'junit.xml'}",
-                       *extra]
+                       f"--run-dir={run.dir}", *SUITE_PLUGINS_OFF, f"--junitxml={run.dir / 'junit.xml'}", *extra]
         code = subprocess.call(pytest_args, timeout=args.conformance_timeout)
         run.timings["conformance_s"] = time.monotonic() - t
     except subprocess.TimeoutExpired:
