@@ -121,6 +121,7 @@ class Store:
     def _load_or_run(self, host, node) -> dict[str, CommandResult]:
         if self.dir is None:
             return self._run(host, node)
+        self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{node.name}.json"
         with open(self.dir / f"{node.name}.lock", "w") as lk:
             fcntl.flock(lk, fcntl.LOCK_EX)
