@@ -197,6 +197,10 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
             result["conformance_summary"] = next((ln.strip("= ") for ln in reversed(res.stdout.splitlines())
                                                   if " passed" in ln or " failed" in ln), "")
             result["exec_round_trips_per_node"] = round_trips(str(trips))
+            result["exec_round_trips_max"] = max(result["exec_round_trips_per_node"].values(), default=0)
+            result["load_average"] = os.getloadavg()
+            for state in (Path(tmp) / "runs").glob("*/run-state.json"):  # where the cycle's time went
+                result["timings"] = {k: round(v, 2) for k, v in json.loads(state.read_text())["timings"].items()}
             result["endpoints"] = sorted({n["endpoint"].split(":")[0] for n in
                                           __import__("yaml").safe_load(inv.read_text())["nodes"]})
             for line in res.stdout.splitlines():
@@ -226,5 +230,6 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
                       **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
                          for sid, r in doc.get("scenarios", {}).items()},
                       "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
-                                       if k in ("cycle_s", "up_s", "exec_round_trips_per_node", "skipped")}}, indent=2))
+                                       if k in ("cycle_s", "up_s", "exec_round_trips_max", "load_average",
+                                                "skipped")}}, indent=2))
     return 0
