@@ -77,12 +77,22 @@ def state(run_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
-def hosts(state):
+def client_pool(state):
+    """One Docker client per endpoint for the whole session (one SSH connection per ssh:// host)."""
+    from launchers.endpoints import ClientPool, SshOptions
+
+    pool = ClientPool(SshOptions.from_dict(state.get("ssh")))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def hosts(state, client_pool):
     """Per node: its container on its own endpoint from run-state.json (the same container name can
     exist on every lab node). ``hosts[n].run(cmd)`` returns rc/stdout/stderr like testinfra."""
     from launchers.endpoints import hosts_from_state
 
-    return hosts_from_state(state)
+    return hosts_from_state(state, client_pool)
 
 
 @pytest.fixture(scope="session")
@@ -104,12 +114,11 @@ def tools(hosts, plan):
 
 
 @pytest.fixture(scope="session")
-def docker_clients(state):
+def docker_clients(state, client_pool):
     """Per node: the Docker client of that node's own endpoint."""
-    from launchers.endpoints import ClientPool, LOCAL_ENDPOINT, SshOptions
+    from launchers.endpoints import LOCAL_ENDPOINT
 
-    pool = ClientPool(SshOptions.from_dict(state.get("ssh")))
-    return {node: pool.get(state.get("endpoints", {}).get(node, LOCAL_ENDPOINT)) for node in state["containers"]}
+    return {node: client_pool.get(state.get("endpoints", {}).get(node, LOCAL_ENDPOINT)) for node in state["containers"]}
 
 
 @pytest.fixture(scope="session")
