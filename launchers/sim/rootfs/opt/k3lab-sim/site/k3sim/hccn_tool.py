@@ -6,7 +6,6 @@ which node-init added to the node NIC, so they fail exactly when the peer addres
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import sys
@@ -34,8 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         node, device_id, command, rest = parse(args)
-        with exclusive():
+        fd = exclusive()
+        try:
             lines, status = COMMANDS[command](node, device_id, rest)
+        finally:
+            os.close(fd)
         for line in lines:
             print(line)
         return status
@@ -44,18 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         return exc.status
 
 
-@contextlib.contextmanager
-def exclusive():
-    """The real tool is not re-entrant: a second call while one runs answers busy and does nothing."""
+def exclusive() -> int:
+    """The real tool is not re-entrant: a second call while one runs answers busy and does nothing.
+
+    Returns the locked descriptor (closing it unlocks). A plain function, not a contextmanager:
+    contextlib's imports cost more than this whole call, and the tool runs thousands of times."""
     fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Fail(BUSY, EXIT_FAIL) from None
-        yield
-    finally:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         os.close(fd)
+        raise Fail(BUSY, EXIT_FAIL) from None
+    return fd
 
 
 def parse(args: list[str]) -> tuple[hw.Node, int, str, list[str]]:
