@@ -56,8 +56,10 @@ MmcProtocol = Literal["device_rdma", "device_urma", "device_uboe", "device_sdma"
 
 
 class _Strict(BaseModel):
-    # strict: no bool or float for an int, no number for a string (YAML's 'yes' and 8000 stay what they are)
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # strict: no bool or float for an int, no number for a string (YAML's 'yes' and 8000 stay what they are).
+    # defer_build: validators are built on first validation (a file given with -i), not at import: the
+    # default sim inventory is built from known-good values (``siminventory``) and needs none.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 def _pattern(regex: str) -> dict:
@@ -278,10 +280,10 @@ class Inventory(_Strict):
                                    examples=["p0"])
     metaservice_node: str | None = Field(None, description="node that runs the MemCache MetaService, when no node "
                                          "has role metaservice", examples=["p0"])
-    ports: Ports = Field(Ports(), description="ports; omitted keys take the documented defaults")
-    paths: Paths = Field(Paths(), description="directories on the nodes")
-    sim: Sim = Field(Sim(), description="sim target network (ignored on a lab)")
-    lab: Lab = Field(Lab(), description="lab target access (ignored on the sim)")
+    ports: Ports = Field(Ports.model_construct(), description="ports; omitted keys take the documented defaults")
+    paths: Paths = Field(Paths.model_construct(), description="directories on the nodes")
+    sim: Sim = Field(Sim.model_construct(), description="sim target network (ignored on a lab)")
+    lab: Lab = Field(Lab.model_construct(), description="lab target access (ignored on the sim)")
     nodes: list[Node] = Field(min_length=1, max_length=MAX_NODES, description="the hosts; counts per role must "
                               "match the scenario (k3lab list)")
 

@@ -5,7 +5,7 @@ executes it stage by stage, and the conformance suite takes its expected values 
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,7 +13,27 @@ ProcessKind = Literal["metaservice", "provider", "engine", "launcher", "proxy"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A plan part. The renderer builds plans from validated inventories; a plan read back from
+    plan.json is validated (``Plan.model_validate_json``).
+
+    Building the models' validators is what a ``k3lab render`` or ``preflight`` process would spend
+    most of its own time on (it never reads a plan back), so the renderer's constructor checks the field
+    names and leaves the values as given (``make``: pydantic's ``model_construct``), and the validators
+    are built only on first validation (``defer_build``). ``tests/unit/test_plan.py`` validates every
+    rendered plan.
+    """
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    @classmethod
+    def make(cls, **data: object) -> Self:
+        """The renderer's constructor: checks the field names, leaves the values as given."""
+        fields = cls.model_fields
+        unknown = data.keys() - fields.keys()
+        missing = {n for n, f in fields.items() if f.is_required()} - data.keys()
+        if unknown or missing:
+            raise TypeError(f"{cls.__name__}: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
+        return cls.model_construct(**data)
 
 
 DP_RPC_PURPOSE = "DP RPC (--data-parallel-rpc-port)"
@@ -181,3 +201,23 @@ class Plan(_Model):
 
     def processes(self) -> list[Process]:
         return [p for n in self.nodes for p in n.all_processes()]
+
+
+def jsonable(value: object) -> object:
+    """``model_dump(mode="json")`` of a plan without building its serializers (see ``_Model``).
+
+    Plans hold models, lists, dicts, strings, numbers, booleans and None; a float field given a
+    whole number dumps as a float, as pydantic's does. ``tests/unit/test_plan.py`` compares the two.
+    """
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        out = {}
+        for name, info in fields.items():
+            v = getattr(value, name)
+            out[name] = float(v) if info.annotation is float and type(v) is int else jsonable(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): jsonable(v) for k, v in value.items()}
+    return value

@@ -39,8 +39,8 @@ def apply(profile: str, container: Container) -> Container:
     from .sim import image
 
     mounts = [m for m in container.mounts if not m.source.startswith(DRIVER_MOUNT_PREFIXES)]
-    mounts.append(Mount(source=EMULATED_DRIVER, target=EMULATED_DRIVER))
-    mounts += [Mount(source=m["Source"], target=m["Target"], read_only=True) for m in image.host_mounts()]
+    mounts.append(Mount.make(source=EMULATED_DRIVER, target=EMULATED_DRIVER))
+    mounts += [Mount.make(source=m["Source"], target=m["Target"], read_only=True) for m in image.host_mounts()]
     return container.model_copy(update={"privileged": False, "devices": [], "mounts": mounts})
 
 

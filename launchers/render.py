@@ -32,6 +32,7 @@ from .plan import (
     PortUse,
     Process,
     Stage,
+    jsonable,
 )
 from .preflight import flag as _flag
 from .scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export, runtime_env_effect
@@ -126,9 +127,9 @@ def _container(sc: Scenario, inv: Inventory, node: Node, run_label: str | None) 
                   ("/usr/local/Ascend/driver/version.info", "/usr/local/Ascend/driver/version.info")]
     mounts += [("/etc/ascend_install.info", "/etc/ascend_install.info"), ("/etc/hccn.conf", "/etc/hccn.conf"),
                ("/root/.cache", "/root/.cache")]
-    return Container(
+    return Container.make(
         name=node.container_name or sc.container_name, image=inv.image or sc.image, shm_size="1g", privileged=True,
-        network_mode="host", devices=devs, mounts=[Mount(source=s, target=t) for s, t in mounts],
+        network_mode="host", devices=devs, mounts=[Mount.make(source=s, target=t) for s, t in mounts],
         command=["sleep", "infinity"],
         labels={"k3lab.scenario": sc.id, "k3lab.node": node.name, **({"k3lab.run": run_label} if run_label else {})},
     )
@@ -169,7 +170,7 @@ def _kv_ports(argv: list[str], pp_rank: int, dp_rank: int) -> list[PortUse]:
         pp = int(_flag(argv, "--pipeline-parallel-size", "1"))
         pcp = int(_flag(argv, "--prefill-context-parallel-size", "1"))
         first = kv + dp_rank * tp * pp * pcp + (pp_rank * pcp) * tp
-        out.append(PortUse(port=first, last=first + pcp * tp - 1, purpose=f"mooncake handshake (kv_port {kv})"))
+        out.append(PortUse.make(port=first, last=first + pcp * tp - 1, purpose=f"mooncake handshake (kv_port {kv})"))
     return out
 
 
@@ -216,11 +217,11 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         if target == "lab":  # the one listed place a lab run may differ from hardware (launchers.profiles)
             container = profiles.apply(inv.lab.profile, container)
         files["docker_run.sh"] = docker_run_script(container)
-        artefacts.append(Artefact(name="docker_run.sh", path="(host)", mode=0o755))
+        artefacts.append(Artefact.make(name="docker_run.sh", path="(host)", mode=0o755))
 
         def add(name: str, text: str, path: str, mode: int = 0o644) -> None:
             files[name] = text
-            artefacts.append(Artefact(name=name, path=path, mode=mode))
+            artefacts.append(Artefact.make(name=name, path=path, mode=mode))
 
         # --- MemCache: MetaService host and per-node pool files
         if sc.pool != "none":
@@ -231,20 +232,20 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
             script = memcache.metaservice_script(sc, inv)
             add("start_metaservice.sh", script.render(), f"{wd}/start_metaservice.sh", 0o755)
             env, argv, scope = script.resolve({})
-            procs.append(Process(
+            procs.append(Process.make(
                 id=f"{node.name}/metaservice", node=node.name, kind="metaservice", script=f"{wd}/start_metaservice.sh",
                 cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv,
                 log=f"{logs}/metaservice.log", api=f"http://{node.local_ip}:{inv.ports.meta_metrics}",
-                ports=[PortUse(port=inv.ports.meta_service, purpose="MetaService meta_service_url"),
-                       PortUse(port=inv.ports.config_store, purpose="MetaService config_store_url"),
-                       PortUse(port=inv.ports.meta_metrics, purpose="MetaService metrics_url")]))
+                ports=[PortUse.make(port=inv.ports.meta_service, purpose="MetaService meta_service_url"),
+                       PortUse.make(port=inv.ports.config_store, purpose="MetaService config_store_url"),
+                       PortUse.make(port=inv.ports.meta_metrics, purpose="MetaService metrics_url")]))
         if sc.pool == "providers" and node.role in ("prefill", "decode"):
             script = memcache.provider_script(inv)
             add("start_provider.sh", script.render(), f"{wd}/start_provider.sh", 0o755)
             env, argv, scope = script.resolve({})
-            procs.append(Process(id=f"{node.name}/provider", node=node.name, kind="provider",
-                                 script=f"{wd}/start_provider.sh", cwd=inv.paths.memcache_config_dir, env=env,
-                                 sourced=scope.sourced, argv=argv, log=f"{logs}/provider.log"))
+            procs.append(Process.make(id=f"{node.name}/provider", node=node.name, kind="provider",
+                                      script=f"{wd}/start_provider.sh", cwd=inv.paths.memcache_config_dir, env=env,
+                                      sourced=scope.sourced, argv=argv, log=f"{logs}/provider.log"))
 
         # --- engine
         if node.role in sc.roles:
@@ -268,20 +269,20 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                                               int(_flag(largv, "--vllm-start-port", "9000"))):
                     env, argv, scope = engine.resolve(base_env, pos)
                     rank = int(pos[3])
-                    ports = [PortUse(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
+                    ports = [PortUse.make(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
                     if rank == 0 and dp_size > 1:
-                        ports.append(PortUse(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
+                        ports.append(PortUse.make(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
                     ports += _hccl_ports(env)
                     api = f"http://{node.local_ip}:{pos[1]}"
-                    children.append(Process(
+                    children.append(Process.make(
                         id=f"{node.name}/engine{rank}", node=node.name, kind="engine", script=f"{wd}/{engine_name}",
                         cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, positional=pos,
                         ports=ports, api=api, dp_rank=rank, devices=_devices(env), log=f"{logs}/launcher.log"))
-                    apis.append(ApiEndpoint(node=node.name, url=api, role=node.role, dp_ranks=[rank]))
+                    apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=[rank]))
                     dp_groups.setdefault(node.role, {})[rank] = node.name
-                procs.append(Process(id=f"{node.name}/launcher", node=node.name, kind="launcher",
-                                     script=f"{wd}/launch.sh", cwd=wd, env=base_env, argv=launch_argv,
-                                     sourced=lscope.sourced, log=f"{logs}/launcher.log", children=children))
+                procs.append(Process.make(id=f"{node.name}/launcher", node=node.name, kind="launcher",
+                                          script=f"{wd}/launch.sh", cwd=wd, env=base_env, argv=launch_argv,
+                                          sourced=lscope.sourced, log=f"{logs}/launcher.log", children=children))
             else:
                 env, argv, scope = engine.resolve(base_env)
                 is_headless = "--headless" in argv
@@ -291,15 +292,16 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                 api = None
                 if not is_headless:
                     api = f"http://{node.local_ip}:{_flag(argv, '--port', '8000')}"
-                    ports.append(PortUse(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
+                    ports.append(PortUse.make(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
                 if pp_rank == 0 and _flag(argv, "--master-port"):
-                    ports.append(PortUse(port=int(_flag(argv, "--master-port")), purpose="PP master (--master-port)"))
+                    ports.append(PortUse.make(port=int(_flag(argv, "--master-port")),
+                                              purpose="PP master (--master-port)"))
                 if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
-                    ports.append(PortUse(port=int(_flag(argv, "--data-parallel-rpc-port")),
-                                         purpose=DP_RPC_PURPOSE))
+                    ports.append(PortUse.make(port=int(_flag(argv, "--data-parallel-rpc-port")),
+                                              purpose=DP_RPC_PURPOSE))
                 ports += _kv_ports(argv, pp_rank or 0, 0)
                 ports += _hccl_ports(env)
-                procs.append(Process(
+                procs.append(Process.make(
                     id=f"{node.name}/engine", node=node.name, kind="engine", script=f"{wd}/launch.sh", cwd=wd,
                     env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, ports=ports, api=api,
                     headless=is_headless, pp_rank=pp_rank, dp_rank=None if sc.pd else dp_rank, devices=_devices(env),
@@ -314,19 +316,20 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                     mixed_ranks[dp_rank] = node.name
                 if api:
                     ranks = list(range(int(_flag(argv, "--data-parallel-size", "1")))) if not sc.pd else [0]
-                    apis.append(ApiEndpoint(node=node.name, url=api, role=node.role, dp_ranks=ranks))
+                    apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=ranks))
 
         # --- proxy
         if sc.pd and proxy_node is not None and node.name == proxy_node.name:
             script = _proxy_script(sc, inv)
             add("start_proxy.sh", script.render(), f"{wd}/start_proxy.sh", 0o755)
             env, argv, scope = script.resolve({})
-            procs.append(Process(id=f"{node.name}/proxy", node=node.name, kind="proxy", script=f"{wd}/start_proxy.sh",
-                                 cwd=wd, env=env, unset=sorted(scope.unset), argv=argv, log=f"{logs}/proxy.log",
-                                 api=f"http://{node.local_ip}:{inv.ports.proxy}",
-                                 ports=[PortUse(port=inv.ports.proxy, purpose="PD proxy (--port)")]))
+            procs.append(Process.make(
+                id=f"{node.name}/proxy", node=node.name, kind="proxy", script=f"{wd}/start_proxy.sh",
+                cwd=wd, env=env, unset=sorted(scope.unset), argv=argv, log=f"{logs}/proxy.log",
+                api=f"http://{node.local_ip}:{inv.ports.proxy}",
+                ports=[PortUse.make(port=inv.ports.proxy, purpose="PD proxy (--port)")]))
 
-        node_plans.append(NodePlan(
+        node_plans.append(NodePlan.make(
             name=node.name, role=node.role, rank=node.rank, address=node.local_ip, nic=node.nic, endpoint=node.endpoint,
             platform=sc.platform, device_count=sc.devices, container=container, artefacts=artefacts, processes=procs))
         rendered.files[node.name] = files
@@ -336,13 +339,13 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
     proxy_url = f"http://{proxy_node.local_ip}:{inv.ports.proxy}" if sc.pd and proxy_node else None
     meta = None
     if meta_node is not None:
-        meta = MetaExpect(url=f"tcp://{meta_node.local_ip}:{inv.ports.meta_service}",
-                          metrics_url=f"http://{meta_node.local_ip}:{inv.ports.meta_metrics}")
+        meta = MetaExpect.make(url=f"tcp://{meta_node.local_ip}:{inv.ports.meta_service}",
+                               metrics_url=f"http://{meta_node.local_ip}:{inv.ports.meta_metrics}")
         if sc.pool == "providers":
             sizes = [memcache.member_bytes(n) for n in inv.nodes if n.role in sc.roles]
             meta = meta.model_copy(update=dict(segments=len(sizes), total_bytes=sum(sizes),
                                                segment_bytes=sizes[0] if len(set(sizes)) == 1 else None))
-    expect = Expect(
+    expect = Expect.make(
         served_name=sc.served_name, model_path=model, max_model_len=sc.max_model_len,
         apis=apis, entrypoint=proxy_url or apis[0].url, proxy=proxy_url,
         proxy_instances=_proxy_instances(apis) if proxy_url else {},
@@ -354,10 +357,10 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         parsers=sc.family not in ("k31_a5", "k3_pd") or parsers, kv_connector=sc.pd, external_pool=sc.pool != "none",
         dp_routing=not sc.pd,
     )
-    rendered.plan = Plan(
+    rendered.plan = Plan.make(
         scenario=sc.id, title=sc.title, seed=sc.seed, section=sc.section, target=target, platform=sc.platform,
         options=opts, inventory=inventory_name, nodes=node_plans, stages=_stages(sc, inv, node_plans, heads, proxy_node),
-        expect=expect, deviations=[Deviation(**d) for d in deviations.for_scenario(sc, opts, target)
+        expect=expect, deviations=[Deviation.make(**d) for d in deviations.for_scenario(sc, opts, target)
                                     + (profiles.deviations(inv.lab.profile) if target == "lab" else [])],
     )
     _check_port_ceiling(node_plans)
@@ -398,7 +401,7 @@ def _hccl_ports(env: dict[str, str]) -> list[PortUse]:
     rng = env.get("HCCL_HOST_SOCKET_PORT_RANGE", "")
     if rng and rng != "auto" and "-" in rng:
         lo, hi = (int(x) for x in rng.split("-"))
-        return [PortUse(port=lo, last=hi, purpose="HCCL host socket range", listens=False)]
+        return [PortUse.make(port=lo, last=hi, purpose="HCCL host socket range", listens=False)]
     return []
 
 
@@ -453,44 +456,46 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
     if by_kind["metaservice"]:
         ms = by_kind["metaservice"][0]
         host = ms.api.split("//")[1].split(":")[0]
-        stages.append(Stage(name="metaservice", processes=[ms.id], timeout_s=300, gates=[
-            Gate(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.meta_service}", process=ms.id),
-            Gate(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.config_store}", process=ms.id),
-            Gate(kind="http", node=ms.node, target=f"{ms.api}/health", process=ms.id)]))
+        stages.append(Stage.make(name="metaservice", processes=[ms.id], timeout_s=300, gates=[
+            Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.meta_service}", process=ms.id),
+            Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.config_store}", process=ms.id),
+            Gate.make(kind="http", node=ms.node, target=f"{ms.api}/health", process=ms.id)]))
     if by_kind["provider"]:
         ms = by_kind["metaservice"][0]
-        gates = [Gate(kind="log", node=p.node, target="Successfully initialized memcache.", process=p.id)
+        gates = [Gate.make(kind="log", node=p.node, target="Successfully initialized memcache.", process=p.id)
                  for p in by_kind["provider"]]
-        gates.append(Gate(kind="metaservice_capacity", node=ms.node, target=f"{ms.api}/metrics", process=ms.id,
-                          expect=sum(memcache.member_bytes(inv.node(p.node)) for p in by_kind["provider"])))
-        stages.append(Stage(name="providers", processes=[p.id for p in by_kind["provider"]], gates=gates, timeout_s=600))
+        gates.append(Gate.make(kind="metaservice_capacity", node=ms.node, target=f"{ms.api}/metrics", process=ms.id,
+                               expect=sum(memcache.member_bytes(inv.node(p.node)) for p in by_kind["provider"])))
+        stages.append(Stage.make(name="providers", processes=[p.id for p in by_kind["provider"]], gates=gates,
+                                 timeout_s=600))
     head_procs = [p for p in starters if p.node in head_names]
     head_gates = []
     for p in head_procs:
         node = next(n for n in nodes if n.name == p.node)
         if node.role == "prefill" and sc.family != "k3_pd":
-            head_gates.append(Gate(kind="tcp", node=node.name, target=f"{node.address}:{inv.ports.master}", process=p.id))
+            head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{inv.ports.master}",
+                                        process=p.id))
         else:
             rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
-            head_gates.append(Gate(kind="tcp", node=node.name, target=f"{node.address}:{rpc}", process=p.id))
-    stages.append(Stage(name="heads", processes=[p.id for p in head_procs], gates=head_gates, timeout_s=long))
+            head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{rpc}", process=p.id))
+    stages.append(Stage.make(name="heads", processes=[p.id for p in head_procs], gates=head_gates, timeout_s=long))
     workers = [p for p in starters if p.node not in head_names]
     api_gates = []
     for n in nodes:
         for p in n.all_processes():
             if p.kind == "engine" and p.api:
                 owner = p.id if p in starters else next(q.id for q in n.processes if p in q.children)
-                api_gates.append(Gate(kind="http", node=n.name, target=f"{p.api}/health", process=owner))
-                api_gates.append(Gate(kind="http", node=n.name, target=f"{p.api}/v1/models", process=owner))
-    stages.append(Stage(name="workers", processes=[p.id for p in workers], gates=api_gates, timeout_s=long))
+                api_gates.append(Gate.make(kind="http", node=n.name, target=f"{p.api}/health", process=owner))
+                api_gates.append(Gate.make(kind="http", node=n.name, target=f"{p.api}/v1/models", process=owner))
+    stages.append(Stage.make(name="workers", processes=[p.id for p in workers], gates=api_gates, timeout_s=long))
     if by_kind["proxy"]:
         # only what every proxy release has: /healthcheck with its instance counts (/v1/models came after 0.23)
         px = by_kind["proxy"][0]
-        apis = [ApiEndpoint(node=n.name, url=p.api, role=n.role, dp_ranks=[])
+        apis = [ApiEndpoint.make(node=n.name, url=p.api, role=n.role, dp_ranks=[])
                 for n in nodes for p in n.all_processes() if p.kind == "engine" and p.api]
-        stages.append(Stage(name="proxy", processes=[px.id], timeout_s=120, gates=[
-            Gate(kind="proxy_instances", node=px.node, target=f"{px.api}/healthcheck", process=px.id,
-                 instances=_proxy_instances(apis))]))
+        stages.append(Stage.make(name="proxy", processes=[px.id], timeout_s=120, gates=[
+            Gate.make(kind="proxy_instances", node=px.node, target=f"{px.api}/healthcheck", process=px.id,
+                      instances=_proxy_instances(apis))]))
     return stages
 
 
@@ -586,4 +591,4 @@ def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
 
 
 def plan_json(plan: Plan) -> str:
-    return json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    return json.dumps(jsonable(plan), indent=2, sort_keys=False) + "\n"

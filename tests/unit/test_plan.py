@@ -1,0 +1,48 @@
+"""The renderer's plans and the default sim inventories are valid, although built without validation.
+
+``launchers.plan._Model.make`` (the renderer's constructor) and ``siminventory.default`` skip pydantic
+validation so that the static commands build no validators (start-up time); these tests validate what
+they produce instead, and check that ``plan.jsonable`` writes exactly what pydantic's ``model_dump`` would.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launchers import catalog, render, siminventory
+from launchers.inventory import Inventory, Sim
+from launchers.plan import Gate, Plan, Stage
+
+CASES = [(sid, target, {}) for sid in catalog.SCENARIOS for target in ("sim", "lab")]
+CASES += [("a3_pd", "sim", {"draft": "/root/.cache/draft"}), ("k3_a3_mixed", "lab", {"parsers": "off"})]
+
+
+@pytest.mark.parametrize("sid, target, options", CASES, ids=[f"{c[0]}-{c[1]}{'-o' if c[2] else ''}" for c in CASES])
+def test_rendered_plan_validates_strictly_and_dumps_as_pydantic_does(sid, target, options):
+    plan = render.build(sid, siminventory.default(sid), options, target).plan
+    text = render.plan_json(plan)
+    validated = Plan.model_validate_json(text, strict=True)  # str for int, int for bool, ... all refused
+    assert validated == plan  # every part is its model (a dict where a model belongs differs), same values
+    assert json.dumps(validated.model_dump(mode="json"), indent=2) + "\n" == text
+    assert json.dumps(plan.model_dump(mode="json"), indent=2) + "\n" == text
+
+
+@pytest.mark.parametrize("sid", list(catalog.SCENARIOS))
+def test_default_inventory_validates(sid):
+    inv = siminventory.default(sid)
+    assert Inventory.model_validate(inv.model_dump()) == inv
+    moved = siminventory.default(sid, Sim(subnet="10.99.0.0/24", device_subnet="10.98.0.0/16"))
+    assert Inventory.model_validate(moved.model_dump()) == moved
+
+
+def test_renderer_constructor_still_refuses_unknown_and_missing_fields():
+    with pytest.raises(TypeError, match=r"unknown fields \['timeout'\], missing \['timeout_s'\]"):
+        Stage.make(name="s", processes=[], gates=[], timeout=1)
+    gate = Gate.make(kind="tcp", node="p0", target="10.0.0.1:8000")
+    assert gate.process is None and gate.model_fields_set == {"kind", "node", "target"}
+
+
+def test_float_fields_dump_as_floats():
+    stage = Stage.make(name="s", processes=[], gates=[], timeout_s=120)
+    assert json.dumps(render.jsonable(stage)) == json.dumps(stage.model_dump(mode="json"))
