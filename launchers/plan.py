@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticUndefined
 
 ProcessKind = Literal["metaservice", "provider", "engine", "launcher", "proxy"]
 
@@ -28,12 +29,20 @@ class _Model(BaseModel):
     @classmethod
     def make(cls, **data: object) -> Self:
         """The renderer's constructor: checks the field names, leaves the values as given."""
-        fields = cls.model_fields
-        unknown = data.keys() - fields.keys()
-        missing = {n for n, f in fields.items() if f.is_required()} - data.keys()
+        values, missing = {}, []
+        for name, field in cls.model_fields.items():
+            if name in data:
+                values[name] = data[name]
+            elif field.default_factory is not None:  # called here: pydantic inspects its signature, ~50 us a call
+                values[name] = field.default_factory()
+            elif field.default is not PydanticUndefined:  # plain defaults are immutable (tests/unit/test_plan.py)
+                values[name] = field.default
+            else:
+                missing.append(name)
+        unknown = data.keys() - values.keys()
         if unknown or missing:
             raise TypeError(f"{cls.__name__}: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
-        return cls.model_construct(**data)
+        return cls.model_construct(set(data), **values)
 
 
 DP_RPC_PURPOSE = "DP RPC (--data-parallel-rpc-port)"

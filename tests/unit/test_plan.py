@@ -43,6 +43,18 @@ def test_renderer_constructor_still_refuses_unknown_and_missing_fields():
     assert gate.process is None and gate.model_fields_set == {"kind", "node", "target"}
 
 
+def test_plain_defaults_are_immutable():
+    # make() shares a plain default between instances, as model_construct does for immutable values
+    import launchers.plan as plan_module
+    from pydantic import BaseModel
+
+    models = [m for m in vars(plan_module).values() if isinstance(m, type) and issubclass(m, BaseModel)]
+    for model in models:
+        for name, field in model.model_fields.items():
+            if field.default_factory is None and not field.is_required():
+                assert isinstance(field.default, (type(None), bool, int, float, str, tuple)), (model, name)
+
+
 def test_float_fields_dump_as_floats():
     stage = Stage.make(name="s", processes=[], gates=[], timeout_s=120)
     assert json.dumps(render.jsonable(stage)) == json.dumps(stage.model_dump(mode="json"))
