@@ -106,7 +106,7 @@ def write_crash_log(exc: BaseException, argv: list[str]) -> Path | None:
         try:
             base.mkdir(parents=True, exist_ok=True)
             fd, name = tempfile.mkstemp(prefix=f"k3lab-crash-{stamp}-", suffix=".log", dir=base)
-            with os.fdopen(fd, "w") as fh:
+            with os.fdopen(fd, "w", errors="backslashreplace") as fh:  # argv may hold undecodable bytes
                 fh.write(text)
             return Path(name)
         except OSError:

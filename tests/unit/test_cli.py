@@ -102,6 +102,15 @@ def test_internal_error_is_one_line_and_logs_the_traceback(capsys, tmp_path, mon
     assert len(logs) == 1 and "Traceback" in logs[0].read_text() and str(logs[0]) in err
 
 
+def test_crash_log_takes_undecodable_argv(capsys, tmp_path, monkeypatch):
+    # bytes that are not UTF-8 reach argv as lone surrogates; the log writer must not crash on them
+    monkeypatch.setenv("K3LAB_LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(cli, "cmd_list", lambda args: 1 / 0)
+    code = cli.main(["list", "--", "\udcff"])
+    assert code == errors.INTERNAL and "Traceback" not in capsys.readouterr().err
+    assert "\\udcff" in next(tmp_path.glob("k3lab-crash-*.log")).read_text()
+
+
 def test_environment_error_exits_3(capsys, monkeypatch):
     DockerException = type("DockerException", (Exception,), {"__module__": "docker.errors"})
 
