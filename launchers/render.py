@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pydantic_core
+
 from . import catalog, deviations, memcache, profiles
 from .catalog import OPTIONS, Scenario
 from .errors import InputError
@@ -591,4 +593,23 @@ def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
 
 
 def plan_json(plan: Plan) -> str:
-    return json.dumps(jsonable(plan), indent=2, sort_keys=False) + "\n"
+    """The bytes ``json.dumps(jsonable(plan), indent=2)`` gives, from pydantic_core's JSON writer (a
+    tenth of the time). That writer leaves DEL and non-ASCII characters as they are; outside strings
+    it writes only ASCII and the indentation's newlines, so escaping the rest afterwards is exact."""
+    data = jsonable(plan)
+    try:
+        text = pydantic_core.to_json(data, indent=2).decode()
+    except pydantic_core.PydanticSerializationError:  # a lone surrogate (undecodable bytes in argv): not UTF-8
+        return json.dumps(data, indent=2) + "\n"
+    return _NOT_ASCII.sub(_json_escape, text) + "\n"
+
+
+_NOT_ASCII = re.compile(r"[^\n\x20-\x7e]")
+
+
+def _json_escape(m: re.Match) -> str:
+    c = ord(m.group())
+    if c > 0xFFFF:  # a UTF-16 surrogate pair, as json.dumps writes it
+        c -= 0x10000
+        return f"\\u{0xD800 | c >> 10:04x}\\u{0xDC00 | c & 0x3FF:04x}"
+    return f"\\u{c:04x}"

@@ -55,6 +55,15 @@ def test_plain_defaults_are_immutable():
                 assert isinstance(field.default, (type(None), bool, int, float, str, tuple)), (model, name)
 
 
+@pytest.mark.parametrize("text", ["plain", "K3.1 Pro \u00a75.1", "caf\u00e9 \u6a21\u578b", "astral \U0001f600",
+                                  "del \x7f", "ctl \x01\x1f\t\n\r\b\f", 'quote " back \\ slash /', "",
+                                  "argv bytes \udcff"])
+def test_plan_json_is_byte_identical_to_json_dumps(text):
+    plan = render.build("a3_pd", siminventory.default("a3_pd")).plan
+    odd = plan.model_copy(update={"title": text, "options": {text: text}, "inventory": text})
+    assert render.plan_json(odd) == json.dumps(render.jsonable(odd), indent=2) + "\n"
+
+
 def test_float_fields_dump_as_floats():
     stage = Stage.make(name="s", processes=[], gates=[], timeout_s=120)
     assert json.dumps(render.jsonable(stage)) == json.dumps(stage.model_dump(mode="json"))
