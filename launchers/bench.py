@@ -36,6 +36,9 @@ def render_preflight(repeat: int = 5) -> dict:
             "per_scenario_s_median": {k: statistics.median(v) for k, v in per.items()}}
 
 
+CLI_TARGET_S = 4.0  # issue #13: the 24 processes on this machine (2 cores), best round
+
+
 def cli_processes(repeat: int = 3) -> dict:
     """``k3lab render`` and ``k3lab preflight`` for all twelve scenarios, each its own CLI process, in sequence.
 
@@ -70,14 +73,16 @@ def cli_processes(repeat: int = 3) -> dict:
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        rounds.append({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "per_process_s": per})
+        rounds.append({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_1m": os.getloadavg()[0],
+                       "per_process_s": per})
     best = min(rounds, key=lambda r: r["wall_s"])
     # the floor on this machine right now: the same number of interpreters that only import pydantic and yaml
     t0 = time.perf_counter()
     for _ in range(2 * len(catalog.SCENARIOS)):
         subprocess.run([sys.executable, "-c", "import yaml; from pydantic import BaseModel"], env=env, timeout=60)
     floor = time.perf_counter() - t0
-    return {"processes": 2 * len(catalog.SCENARIOS), "target_s": 4.0, "best_wall_s": best["wall_s"],
+    return {"processes": 2 * len(catalog.SCENARIOS), "target_s": CLI_TARGET_S, "best_wall_s": best["wall_s"],
+            "meets_target": best["wall_s"] < CLI_TARGET_S,
             "floor_import_pydantic_yaml_s": round(floor, 3),
             "best_cpu_s": min(r["cpu_s"] for r in rounds), "median_wall_s": statistics.median(r["wall_s"] for r in rounds),
             "load_average": os.getloadavg(), "rounds": rounds}
@@ -213,7 +218,8 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
 
 def main(out: str, scenarios: list[str], with_live: bool) -> int:
     doc = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
-           "targets": {"render_preflight_all_twelve_s": "well under 1", "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
+           "targets": {"render_preflight_all_twelve_s": "well under 1",
+                       "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
                        "k3_a3_pd_up_s": 30, "engine_rss_mb": 60},
            "render_preflight": render_preflight(), "cli_render_preflight": cli_processes()}
     if with_live:
@@ -226,7 +232,8 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
     cli = doc["cli_render_preflight"]
     print(json.dumps({"render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
                       "cli_render_preflight_24_processes": {k: cli[k] for k in (
-                          "best_wall_s", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s", "load_average")},
+                          "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
+                          "load_average")},
                       **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
                          for sid, r in doc.get("scenarios", {}).items()},
                       "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
