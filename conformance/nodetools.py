@@ -48,8 +48,10 @@ def hccn(device: int, option: str) -> str:
 
 
 def hccn_options(node) -> list[str]:
-    """The per-device queries of the guides' verification steps (A3 devices also have a vNIC)."""
-    return ["-link -g", "-net_health -g", "-tls -g", "-ip -g"] + (["-vnic -g"] if node.platform == "A3" else [])
+    """The per-device queries every node answers in its batch. A3 devices are addressed by their
+    vNIC (HCCS within a super pod); their RoCE ``-ip`` is asked only when a peer is in another
+    super pod (test_cross_node_reachability), in one more exec."""
+    return ["-link -g", "-net_health -g", "-tls -g"] + (["-vnic -g"] if node.platform == "A3" else ["-ip -g"])
 
 
 def commands(node) -> list[str]:
@@ -86,6 +88,13 @@ class NodeTools:
         if command in answers:
             return answers[command]
         return self.host.run(command)
+
+    def many(self, commands: list[str]) -> dict[str, CommandResult]:
+        """Answers for several commands: from the batch, the others together in one more exec."""
+        answers = self._store.answers(self.host, self.node)
+        missing = [c for c in commands if c not in answers]
+        extra = self.host.batch({c: c for c in missing}, timeout=BATCH_TIMEOUT_S) if missing else {}
+        return {c: answers[c] if c in answers else extra[c] for c in commands}
 
     def check_output(self, command: str) -> str:
         res = self.run(command)

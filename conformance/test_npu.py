@@ -33,9 +33,10 @@ def _per_device(tools, node, option: str) -> dict[int, str]:
     """The guides' loop (``for i in {0..15}; do hccn_tool -i $i OPTION; done``): device -> output.
 
     Read from the node's batch (conformance.nodetools): one exec per node for the whole suite."""
+    answers = tools.many([nodetools.hccn(i, option) for i in range(node.device_count)])
     result: dict[int, str] = {}
     for i in range(node.device_count):
-        text = tools.run(nodetools.hccn(i, option)).stdout.strip()
+        text = answers[nodetools.hccn(i, option)].stdout.strip()
         if text:
             result[i] = text
     return result
@@ -106,18 +107,22 @@ def _blocks(out: str, marker: str) -> dict[str, str]:
     return result
 
 
-def _addresses(tools, node) -> tuple[dict[int, dict[str, str]], str | None]:
-    """Device addresses (-ip, and -vnic on A3) and the super pod id, from the node's batch."""
+def _addresses(tools, node, kinds: tuple[str, ...]) -> dict[int, dict[str, str]]:
+    """Device addresses of the given kinds ('ip', 'vnic'): device -> kind -> address."""
     devices: dict[int, dict[str, str]] = {}
-    for kind in ("ip", "vnic") if node.platform == "A3" else ("ip",):
+    for kind in kinds:
         for dev, text in _per_device(tools, node, f"-{kind} -g").items():
             # [ \t]*, not \s*: an unset address ("vnic ipaddr: " then a newline) must not match the next line
             m = re.search(r"vnic ipaddr:[ \t]*(\d\S*)" if kind == "vnic" else r"^ipaddr:[ \t]*(\d\S*)", text, re.M)
             if m:
                 devices.setdefault(dev, {})[kind] = m.group(1)
+    return devices
+
+
+def _super_pod(tools) -> str | None:
     res = tools.run(nodetools.SPOD)
     m = re.search(r"Super Pod ID\s*:\s*(\d+)", res.stdout + res.stderr)
-    return devices, m.group(1) if m else None
+    return m.group(1) if m else None
 
 
 def _sample_seed(run_dir) -> int:
@@ -144,8 +149,21 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
     if len(nodes) < 2:
         pytest.skip("single node")
     r = _sample_seed(run_dir)
-    with ThreadPoolExecutor(max_workers=8) as pool:  # one exec per node, nodes in parallel
-        facts = dict(zip([n.name for n in nodes], pool.map(lambda n: _addresses(tools[n.name], n), nodes)))
+    with ThreadPoolExecutor(max_workers=8) as pool:  # the nodes' batches, in parallel
+        pods = dict(zip([n.name for n in nodes], pool.map(lambda n: _super_pod(tools[n.name]), nodes)))
+    # A3 peers in one super pod meet over HCCS (vNIC); any other pair over RoCE (device IP), which
+    # an A3 node answers only when asked (one more exec on that node)
+    a3_pod = {n.name: pods[n.name] for n in nodes if n.platform == "A3"}
+
+    def kinds(b) -> tuple[str, ...]:
+        if b.platform != "A3":
+            return ("ip",)
+        roce = any(a is not b and (a.name not in a3_pod or a3_pod[a.name] != a3_pod[b.name]) for a in nodes)
+        return ("vnic", "ip") if roce else ("vnic",)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        addrs = dict(zip([n.name for n in nodes], pool.map(lambda n: _addresses(tools[n.name], n, kinds(n)), nodes)))
+    facts = {name: (addrs[name], pods[name]) for name in addrs}
     failures, pairs = [], {}
     for i, a in enumerate(nodes):
         for d in range(a.device_count):

@@ -33,9 +33,11 @@ def _node(platform="A3", devices=16):
 
 def test_every_per_node_query_is_in_the_batch():
     cmds = nodetools.commands(_node())
-    assert len([c for c in cmds if nodetools.HCCN in c]) == 16 * 5  # link, net_health, tls, ip, vnic
+    assert len([c for c in cmds if nodetools.HCCN in c]) == 16 * 4  # link, net_health, tls, vnic
+    assert nodetools.hccn(5, "-vnic -g") in cmds and nodetools.hccn(5, "-ip -g") not in cmds
     assert "npu-smi info" in cmds and nodetools.cat("/root/run.sh") in cmds
-    assert len([c for c in nodetools.commands(_node("A2", 8)) if nodetools.HCCN in c]) == 8 * 4  # no vNIC on A2
+    a2 = nodetools.commands(_node("A2", 8))
+    assert len([c for c in a2 if nodetools.HCCN in c]) == 8 * 4 and nodetools.hccn(7, "-ip -g") in a2  # no vNIC on A2
 
 
 def test_one_batch_per_node_for_every_thread_and_worker(tmp_path):
@@ -56,6 +58,15 @@ def test_a_command_outside_the_batch_runs_live():
     host = _Host()
     tools = nodetools.NodeTools(host, _node(), nodetools.Store(None))
     assert tools.run("uname -a").stdout == "live\n" and host.live == ["uname -a"]
+
+
+def test_commands_outside_the_batch_go_together_in_one_more_exec():
+    host = _Host()
+    tools = nodetools.NodeTools(host, _node(), nodetools.Store(None))
+    ip = [nodetools.hccn(i, "-ip -g") for i in range(16)]
+    got = tools.many(["npu-smi info", *ip])
+    assert host.batches == 2 and host.live == []
+    assert got[ip[3]].stdout == f"answer to {ip[3]}\n"
 
 
 def test_a_failed_batch_fails_every_check_naming_the_host_once():
