@@ -460,19 +460,29 @@ def collect(run: Run) -> None:
         except Exception as exc:  # evidence is best effort; teardown must still run
             (ndir / "collect-error.txt").write_text(repr(exc))
 
-    run.backend.parallel(one, run.plan.nodes)
-    try:  # versions as evidence, read from the nodes themselves (launchers.versions)
-        from .versions import probe
+    def versions() -> None:
+        try:  # versions as evidence, read from the nodes themselves (launchers.versions)
+            from .versions import probe
 
-        probe(run)
-    except Exception as exc:  # best effort like the rest; the release gate reports a missing versions.json
-        (evidence / "versions-error.txt").write_text(repr(exc))
-    for api in run.plan.expect.apis:
-        try:
-            text = HTTP.get(f"{api.url}/metrics", timeout=2).text
-            (evidence / f"metrics-{api.node}-{api.url.rsplit(':', 1)[1]}.prom").write_text(text)
-        except requests.RequestException:
-            pass
+            probe(run)
+        except Exception as exc:  # best effort like the rest; the release gate reports a missing versions.json
+            (evidence / "versions-error.txt").write_text(repr(exc))
+
+    def metrics() -> None:
+        for api in run.plan.expect.apis:
+            try:
+                text = HTTP.get(f"{api.url}/metrics", timeout=2).text
+                (evidence / f"metrics-{api.node}-{api.url.rsplit(':', 1)[1]}.prom").write_text(text)
+            except requests.RequestException:
+                pass
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(max_workers=3) as pool:  # independent reads; each waits on other nodes
+        for job in [pool.submit(run.backend.parallel, one, run.plan.nodes), pool.submit(versions), pool.submit(metrics)]:
+            job.result()
+    run.timings["collect_s"] = time.monotonic() - t
 
 
 def _redact(text: str) -> str:

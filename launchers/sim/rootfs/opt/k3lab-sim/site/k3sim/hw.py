@@ -36,12 +36,13 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
 """
 from __future__ import annotations
 
-import json
+import marshal
 import os
 
 # Every hccn_tool / npu-smi call starts a fresh interpreter that imports this module, thousands of
-# times per release: pathlib, typing and tempfile cost more than the call's own work, so they are
-# imported only where they are used (annotations are strings).
+# times per release: pathlib, typing, tempfile and json cost more than the call's own work, so they
+# are imported only where they are used (annotations are strings), and the parsed node file is kept
+# as a marshal cache keyed by the file's identity (see load).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 NODE_FILE_ENV = "K3SIM_NODE_FILE"
 DEFAULT_NODE_FILE = "/etc/k3lab-sim/node.json"
+CACHE_DIR = "/run/k3lab-sim"
 DEVICE_COUNT = {"A3": 16, "A2": 8, "950DT": 8}
 
 
@@ -63,13 +65,34 @@ def _node_path() -> str:
 
 
 def load() -> dict[str, Any]:
-    """The node description, re-read on every call so injected faults apply at once."""
+    """The node description, re-read on every call so injected faults apply at once.
+
+    The cache is keyed by (device, inode, mtime, size) of the open file: a fault rewrites the file
+    (atomic replace, new inode), so a cached copy never outlives the file it was read from."""
     try:
-        with open(_node_path(), encoding="utf-8") as fh:
-            return json.loads(fh.read())
+        fh = open(_node_path(), "rb")
     except FileNotFoundError:
         # A node without a description behaves as a healthy A3 with no device network.
         return {"node": "standalone", "platform": "A3", "device_count": 16, "devices": [], "faults": {}}
+    with fh:
+        st = os.fstat(fh.fileno())
+        cache = f"{CACHE_DIR}/node-{st.st_dev}-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}.marshal"
+        try:
+            with open(cache, "rb") as c:
+                return marshal.load(c)
+        except (OSError, EOFError, ValueError, TypeError):
+            pass
+        import json
+
+        data = json.loads(fh.read().decode("utf-8"))
+    try:
+        tmp = f"{cache}.{os.getpid()}"
+        with open(tmp, "wb") as c:
+            marshal.dump(data, c)
+        os.replace(tmp, cache)
+    except (OSError, ValueError):
+        pass  # no cache directory (stand-ins run on a test host): parse every time
+    return data
 
 
 class Node:
@@ -141,6 +164,7 @@ def platform() -> str:
 
 def save(data: dict[str, Any]) -> None:
     """Replace the node file atomically so a concurrent reader sees the old or the new file."""
+    import json
     import tempfile
 
     path = node_file()
