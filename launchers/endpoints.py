@@ -226,19 +226,20 @@ class NodeHost:
 
         On an ``ssh://`` endpoint every exec is an SSH channel and a docker CLI on the node, so the
         suite asks each node's tools in one go (:func:`batch_script`)."""
-        if not commands:
-            return {}
-        keys = list(commands)
-        script, token = batch_script([commands[k] for k in keys])
-        res = self.exec(["/bin/sh", "-c", script], timeout=timeout)
-        why = (res.stderr or f"batch exited {res.rc}").strip()[-300:]
-        out = []
-        for key, got in zip(keys, split_batch(res.stdout, token, len(keys))):
-            if got is None:  # the batch was cut short (timeout, container gone): no answer
-                out.append(CommandResult(command=key, rc=-1, stdout="", stderr=f"no answer: {why}", host=self.name))
-            else:
-                out.append(CommandResult(command=key, rc=got[0], stdout=got[1], stderr=got[2], host=self.name))
-        return dict(zip(keys, out))
+        answers: dict[str, CommandResult] = {}
+        todo = list(commands)
+        for _ in range(2):  # commands without an answer (output lost or cut short) are asked again once
+            if not todo:
+                break
+            script, token = batch_script([commands[k] for k in todo])
+            res = self.exec(["/bin/sh", "-c", script], timeout=timeout)
+            why = (res.stderr or f"batch exited {res.rc}").strip()[-300:]
+            for key, got in zip(todo, split_batch(res.stdout, token, len(todo))):
+                answers[key] = (CommandResult(command=key, rc=-1, stdout="", stderr=f"no answer: {why}", host=self.name)
+                                if got is None else
+                                CommandResult(command=key, rc=got[0], stdout=got[1], stderr=got[2], host=self.name))
+            todo = [k for k in todo if answers[k].rc == -1 and answers[k].stderr.startswith("no answer")]
+        return {k: answers[k] for k in commands}
 
 
 def batch_script(commands: list[str]) -> tuple[str, str]:

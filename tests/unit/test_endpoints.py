@@ -133,7 +133,26 @@ def test_batch_answers_each_command_as_if_run_alone_in_one_round_trip():
     assert got["f"].rc == 0 and got["f"].host == "p0 (10.0.0.1)"
 
 
-def test_batch_cut_short_leaves_the_rest_unanswered():
+def test_batch_asks_unanswered_commands_again_once():
     host = NodeHost("p0", "ssh://root@10.0.0.1", "c", _Pool())
     got = host.batch({"a": "true", "b": "true"})  # the fake engine answers 'out\n' with no frames
     assert got["a"].rc == -1 and "no answer" in got["a"].stderr
+    assert host.round_trips == 2
+
+
+def test_batch_answer_lost_in_transit_is_asked_again():
+    host = _LocalShellHost("p0", "ssh://root@10.0.0.1", "c", _Pool())
+    real = host.exec
+    calls = []
+
+    def lossy(argv, **kw):
+        res = real(argv, **kw)
+        if not calls:  # the first exec's output loses everything after the first command's frame
+            res.stdout = res.stdout[:res.stdout.index(" 0 end\n") + 7]
+        calls.append(argv)
+        return res
+
+    host.exec = lossy
+    got = host.batch({"a": "echo A", "b": "echo B", "c": "echo C"})
+    assert [got[k].stdout for k in "abc"] == ["A\n", "B\n", "C\n"]
+    assert len(calls) == 2 and "echo A" not in calls[1][-1]
