@@ -45,11 +45,11 @@ def test_planned_ports_listen(node, tools):
 
 @conformance(area="ranks-ports", must="The DP RPC (handshake) port MUST be closed once the engines serve: vLLM "
              "closes it after the handshake, so a listener there is another process.")
-def test_startup_ports_closed(node, hosts):
+def test_startup_ports_closed(node, tools):
     held = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and u.startup_only]
     if not held:
         pytest.skip("no start-up-only port planned on this node")
-    live = _listening(hosts[node.name])
+    live = _listening(tools[node.name])
     still = [f"{use.purpose} {port} of {proc.id}" for use, proc in held
              for port in range(use.span[0], use.span[1] + 1) if port in live]
     assert not still, (f"{node.name}: expected closed after start-up, seen listening: {'; '.join(still)}. vLLM "
