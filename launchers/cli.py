@@ -11,6 +11,7 @@ import os
 import sys
 
 from . import errors
+from .cliargs import _close, _kv, did_you_mean, load_inventory, scenario_id
 from .errors import UsageError
 
 # Adding a subcommand: write one ``_add_<name>(sub)`` function that registers its subparser and sets
@@ -28,41 +29,7 @@ def lazy(module: str, func: str):
     return handler
 
 
-def did_you_mean(word: str, choices, what: str) -> str:
-    choices = list(choices)
-    close = _close(word, choices, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    known = f" (known: {', '.join(choices)})" if len(choices) <= 16 else ""
-    return f"unknown {what} {word!r}{hint}{known}"
-
-
 # ------------------------------------------------------------------------------ shared helpers
-
-
-def _kv(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"--option takes KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k] = v
-    return out
-
-
-def scenario_id(value: str) -> str:
-    from . import catalog
-
-    if value not in catalog.SCENARIOS:
-        raise UsageError(did_you_mean(value, catalog.SCENARIOS, "scenario") + "; see k3lab list")
-    return value
-
-
-def load_inventory(scenario: str, path: str | None):
-    from . import inventory, siminventory
-
-    if path is not None:
-        return inventory.load(path), str(path)
-    return siminventory.default(scenario), siminventory.name()
 
 
 def build(args: argparse.Namespace, target: str | None = None):
@@ -251,7 +218,7 @@ def _add_bench(sub) -> None:
     p.add_argument("--scenario", action="append", metavar="SCENARIO",
                    help="scenario for the live part (repeatable; default a3_pd_1m and k3_a3_pd)")
     p.add_argument("--no-live", action="store_true", help="render and preflight only (no Docker)")
-    p.set_defaults(fn=lazy("lifecycle", "cmd_bench"))
+    p.set_defaults(fn=lazy("commands", "cmd_bench"))
 
 
 def _add_up(sub) -> None:
@@ -260,7 +227,7 @@ def _add_up(sub) -> None:
     _target_arg(p)
     p.add_argument("--keep", action="store_true", help="leave the deployment up")
     _pull_arg(p)
-    p.set_defaults(fn=lazy("lifecycle", "cmd_up"))
+    p.set_defaults(fn=lazy("commands", "cmd_up"))
 
 
 def _add_cycle(sub) -> None:
@@ -273,7 +240,7 @@ def _add_cycle(sub) -> None:
     p.add_argument("--inject", metavar="FAULT",
                    help="sim only: inject a live fault of the catalog (k3lab faults --list), to prove a gate fails")
     _pull_arg(p)
-    p.set_defaults(fn=lazy("lifecycle", "cmd_cycle"))
+    p.set_defaults(fn=lazy("commands", "cmd_cycle"))
 
 
 def _add_check(sub) -> None:
@@ -282,7 +249,7 @@ def _add_check(sub) -> None:
     _scenario_args(p)
     p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS",
                    help="time limit of the conformance suite (default 1800)")
-    p.set_defaults(fn=lazy("lifecycle", "cmd_check"))
+    p.set_defaults(fn=lazy("commands", "cmd_check"))
 
 
 def _add_labemu(sub) -> None:
@@ -301,13 +268,13 @@ def _add_down(sub) -> None:
     p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (k3lab status)")
     p.add_argument("--all", action="store_true", help="every k3lab run on the local engine")
-    p.set_defaults(fn=lazy("lifecycle", "cmd_down"))
+    p.set_defaults(fn=lazy("commands", "cmd_down"))
 
 
 def _add_status(sub) -> None:
     p = sub.add_parser("status", help="containers of a run (or of all runs)")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (default: every run)")
-    p.set_defaults(fn=lazy("lifecycle", "cmd_status"))
+    p.set_defaults(fn=lazy("commands", "cmd_status"))
 
 
 def _add_release(sub) -> None:
@@ -465,12 +432,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"k3lab: internal error: {type(exc).__name__}: {first} (traceback in {path}; please report it)",
               file=sys.stderr)
         return errors.INTERNAL
-
-
-def _close(word, choices, n=1, cutoff=0.6):
-    import difflib  # only on the error path: keeps start-up small
-
-    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)
 
 
 if __name__ == "__main__":

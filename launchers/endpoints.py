@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 import docker
 import paramiko
+import requests
 from docker.transport import SSHHTTPAdapter
 
 LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
@@ -292,3 +293,13 @@ def _record_round_trip(node: str) -> None:
             f.write("1")
     except OSError:
         pass
+
+
+def http_session() -> requests.Session:
+    """Gates and evidence talk only to deployment addresses: the kit host's proxy variables never apply."""
+    session = requests.Session()
+    session.trust_env = False
+    return session
+
+
+HTTP = http_session()

@@ -129,7 +129,7 @@ def write(sid: str, out: str, force: bool = False) -> Path:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .cli import scenario_id
+    from .cliargs import scenario_id
 
     path = write(scenario_id(args.scenario), args.out, force=args.force)
     print(f"wrote {path}: an inventory for {args.scenario}; replace the 192.0.2.x placeholders, then "

@@ -19,7 +19,7 @@ import docker
 import paramiko
 from docker.types import Mount
 
-from .endpoints import ClientPool, describe
+from .endpoints import HTTP, ClientPool, describe
 from .labchecks import BY_ID
 from .plan import NodePlan, Plan
 from .preflight import Finding
@@ -154,11 +154,9 @@ def check_ports(plan: Plan, node: NodePlan) -> list[Finding]:
 
 def check_proxy(pool: ClientPool) -> list[Finding]:
     """Proxy variables may be set for the kit host's other traffic; no deployment client may read them."""
-    from . import lifecycle
-
     set_vars = [v for v in PROXY_ENV if os.environ.get(v)]
     readers = []
-    if lifecycle.HTTP.trust_env:
+    if HTTP.trust_env:
         readers.append("gate/evidence HTTP session")
     for ep, client in list(pool._clients.items()):
         if client.api.trust_env:

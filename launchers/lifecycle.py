@@ -26,22 +26,14 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import preflight, render
-from .backends import DEFAULT_ENDPOINT, LABEL, Backend, LabBackend, SimBackend, remove_by_label
-from .endpoints import ClientPool, SshOptions, describe
-from .errors import ChecksFailed, EnvError, UsageError
+from .backends import LABEL, Backend, LabBackend, SimBackend
+from .endpoints import HTTP, SshOptions, describe
+from .errors import ChecksFailed, EnvError
 from .plan import Gate, Plan, Process
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
 
 
-def http_session() -> requests.Session:
-    """Gates and evidence talk only to deployment addresses: the kit host's proxy variables never apply."""
-    session = requests.Session()
-    session.trust_env = False
-    return session
-
-
-HTTP = http_session()
 SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
 
 
@@ -314,7 +306,7 @@ def _refuse_collision(plan: Plan) -> None:
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
        keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never") -> Run:
     """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start."""
-    from .cli import load_inventory
+    from .cliargs import load_inventory
 
     inv, inv_name = load_inventory(scenario, inventory_path)
     tgt = target or ("lab" if inventory_path else "sim")
@@ -515,20 +507,6 @@ def down_all() -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------- commands
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    from .cli import _kv
-
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull)
-    if not args.keep:
-        collect(run)
-        down(run)
-    print(run.dir)
-    return 0
-
-
 # The kit's own test plugins (Hypothesis, syrupy, ...) are installed beside the suite but unused by
 # it; loading them costs about 1 s of CPU in the controller and in each xdist worker.
 SUITE_PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:syrupy", "-p", "no:anyio",
@@ -563,30 +541,6 @@ def _suite(run: Run, args: argparse.Namespace) -> int:
     return code
 
 
-def cmd_cycle(args: argparse.Namespace) -> int:
-    """up, conformance suite, down; exit status is the suite's."""
-    from .cli import _kv
-
-    fault = _fault(args)
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull,
-             sim_faults=fault.at_start if fault else None)
-    code = 1
-    try:
-        if fault and fault.running:
-            from . import faults
-
-            faults.inject(run, fault)
-            _log(f"injected fault {fault.id}: {fault.mode}")
-        code = _suite(run, args)
-    finally:
-        if not args.keep:
-            down(run)
-        else:
-            run.save("up")
-    _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
-    return code
-
-
 class _AttachedRun(Run):
     """A deployment started by hand: every planned node's container, found or not, is in the state."""
 
@@ -599,7 +553,7 @@ class _AttachedRun(Run):
 
 def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
     """Find a hand-started deployment on the inventory's endpoints: nothing is created or started."""
-    from .cli import load_inventory
+    from .cliargs import load_inventory
 
     inv, inv_name = load_inventory(scenario, inventory_path)
     run_id = "attach-" + time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
@@ -625,72 +579,3 @@ def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
     _log(f"attached {run_id}: {scenario}, {len(backend.containers)}/{len(plan.nodes)} containers found, "
          f"run dir {run_dir}")
     return run
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Attach mode: the conformance suite against a deployment operators started by hand (no up, no down)."""
-    from .cli import _kv
-
-    if not args.inventory:
-        raise UsageError("k3lab check: give the lab inventory of the running deployment (-i lab.yaml)")
-    run = attach(args.scenario, args.inventory, _kv(args.option))
-    code = _suite(run, args)
-    run.save("attached")
-    _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
-    return code
-
-
-def _run_endpoints(run: str) -> tuple[list[str], SshOptions]:
-    """The endpoints a run used (its run-state.json), else the local engine."""
-    path = RUNS / run / "run-state.json"
-    if path.is_file():
-        state = json.loads(path.read_text())
-        eps = list(dict.fromkeys(state.get("endpoints", {}).values())) or [DEFAULT_ENDPOINT]
-        return eps, SshOptions.from_dict(state.get("ssh"))
-    return [DEFAULT_ENDPOINT], SshOptions()
-
-
-def _fault(args: argparse.Namespace):
-    """``cycle --inject FAULT``: a live fault of the catalog on the sim (how k3lab release proves its gate)."""
-    if not getattr(args, "inject", None):
-        return None
-    from . import faults
-
-    fault = faults.CATALOG.get(args.inject)
-    if fault is None or fault.kind != "live":
-        raise UsageError(f"--inject takes a live fault id of launchers/faults.py (k3lab faults --list), "
-                         f"not {args.inject!r}")
-    if fault.scenario != args.scenario or (args.target or ("lab" if args.inventory else "sim")) != "sim":
-        raise UsageError(f"fault {fault.id} is for {fault.scenario} on the sim target")
-    return fault
-
-
-def cmd_down(args: argparse.Namespace) -> int:
-    if args.all or not args.run:
-        return down_all()
-    endpoints, ssh = _run_endpoints(args.run)
-    pool = ClientPool(ssh)
-    removed = 0
-    for ep in endpoints:
-        client = pool.get(ep)
-        removed += len(remove_by_label(client, args.run))
-        for net in client.networks.list(filters={"label": f"{LABEL}={args.run}"}):
-            net.remove()
-    _log(f"run {args.run}: removed {removed} container(s) on {len(endpoints)} endpoint(s)")
-    return 0
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    endpoints, ssh = _run_endpoints(args.run) if args.run else ([DEFAULT_ENDPOINT], SshOptions())
-    pool = ClientPool(ssh)
-    flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
-    for ep in endpoints:
-        for c in pool.get(ep).containers.list(all=True, filters=flt):
-            print(f"{c.labels.get(LABEL)}  {c.labels.get('k3lab.node', '?'):8} {c.status:10} {c.name:24} {describe(ep)}")
-    return 0
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
-
-    return bench.main(args.out, args.scenario or ["a3_pd_1m", "k3_a3_pd"], not args.no_live)

@@ -48,7 +48,7 @@ def _log(msg: str) -> None:
 
 def static_rows(sid: str, inventory: str | None, options: dict[str, str], target: str) -> list[dict[str, Any]]:
     """render / preflight / golden of one scenario, as gate rows."""
-    from .cli import load_inventory
+    from .cliargs import load_inventory
 
     rows: list[dict[str, Any]] = []
     try:
@@ -264,7 +264,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
         sid, sep, value = item.partition("=")
         if not sep or not value:
             raise UsageError(f"{what} takes SCENARIO=VALUE, got {item!r}")
-        from .cli import scenario_id
+        from .cliargs import scenario_id
 
         out[scenario_id(sid)] = value
     return out
@@ -274,7 +274,7 @@ def cmd_release(args) -> int:
     policy = load_policy(args.policy)  # a PolicyError is an input error: exit 2 with the field named
     args.target = args.target or "sim"
     scenarios = args.scenario or list(catalog.SCENARIOS)
-    from .cli import scenario_id
+    from .cliargs import scenario_id
 
     for sid in scenarios:
         scenario_id(sid)  # unknown ids: a usage error with a did-you-mean

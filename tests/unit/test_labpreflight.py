@@ -7,7 +7,7 @@ import docker
 import paramiko
 import pytest
 
-from launchers import labpreflight, lifecycle
+from launchers import endpoints, labpreflight, lifecycle
 from launchers.plan import Container, Mount, NodePlan, PortUse
 
 
@@ -129,7 +129,7 @@ def test_taken_host_port_is_reported():
 def test_proxy_variables_never_read_by_deployment_clients(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://192.0.2.1:3128")
     assert labpreflight.check_proxy(_Pool(_Client())) == []
-    monkeypatch.setattr(lifecycle.HTTP, "trust_env", True)
+    monkeypatch.setattr(endpoints.HTTP, "trust_env", True)
     f = labpreflight.check_proxy(_Pool(_Client()))
     assert f[0].check == "LPF-PROXY" and "HTTPS_PROXY" in f[0].message
 
