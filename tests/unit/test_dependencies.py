@@ -1,0 +1,66 @@
+"""What the kit imports at run time is a runtime dependency, not only a test extra.
+
+``k3lab cycle`` runs the conformance suite with pytest and xdist: with those in the ``test`` extra
+only, a plain ``pip install .`` brought a deployment up and then failed with 'No module named
+pytest'. Distributions that come with a declared one (pydantic-core with pydantic) are allowed.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = ("launchers", "conformance")
+INTERNAL = set(KIT) | {"k3sim"}  # the simulator's package, shipped under launchers/sim/rootfs
+# pinned by the declared distribution that installs it
+TRANSITIVE = {"pydantic-core": "pydantic"}
+# used by option, not by import: the suite runs as 'pytest -n 2 --dist loadgroup'
+BY_OPTION = {"pytest-xdist"}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _runtime_dependencies() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {_norm(re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0]) for d in project["dependencies"]}
+
+
+def _imported_distributions() -> dict[str, str]:
+    """Distribution -> one kit file that imports it (the simulator's own package runs in its image)."""
+    dists = packages_distributions()
+    out: dict[str, str] = {}
+    for pkg in KIT:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            if "rootfs" in f.parts:
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in sys.stdlib_module_names or top in INTERNAL:
+                        continue
+                    for dist in dists.get(top, [top]):
+                        out.setdefault(_norm(dist), str(f.relative_to(ROOT)))
+    return out
+
+
+def test_what_the_kit_imports_is_a_runtime_dependency():
+    deps = _runtime_dependencies()
+    missing = {d: where for d, where in _imported_distributions().items()
+               if d not in deps and TRANSITIVE.get(d) not in deps}
+    assert missing == {}, f"imported by the kit but not in [project] dependencies: {missing}"
+
+
+def test_the_suite_runner_is_a_runtime_dependency():
+    assert {"pytest"} | BY_OPTION <= _runtime_dependencies()
