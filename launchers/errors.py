@@ -77,6 +77,12 @@ class InternalError(K3labError):
     exit_code = INTERNAL
 
 
+class RunInterrupted(K3labError):
+    """Ctrl-C or SIGTERM during a bring-up, raised after its teardown ran (the library never exits itself)."""
+
+    exit_code = INTERRUPTED
+
+
 # Exceptions of the live half's libraries, recognised by module so that the CLI never imports them.
 _ENV_MODULES = ("docker", "paramiko", "requests", "urllib3", "httpx", "socket")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import preflight, render, siminventory
+from .errors import ChecksFailed
 from .inventory import Inventory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -589,7 +590,7 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
                     lifecycle.down(running.pop(other))
                 try:
                     run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
-                except (lifecycle.GateFailed, SystemExit) as exc:
+                except ChecksFailed as exc:  # preflight or a readiness gate; an interrupt ends the matrix
                     add(_row(f, {f"up failed: {str(exc).splitlines()[0]}"}))
                     continue
                 if f.scenario not in baselined:  # one healthy baseline per scenario shows 0 false positives

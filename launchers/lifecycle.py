@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import preflight, render
 from .backends import LABEL, Backend, LabBackend, SimBackend
 from .endpoints import HTTP, SshOptions, describe
-from .errors import ChecksFailed, EnvError
+from .errors import ChecksFailed, EnvError, RunInterrupted
 from .plan import Gate, Plan, Process
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
@@ -318,7 +318,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     if errors:
         for f in errors:
             print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
-        raise SystemExit(f"k3lab: preflight failed with {len(errors)} error(s); nothing was started")
+        raise ChecksFailed(f"preflight failed with {len(errors)} error(s); nothing was started")
     plan = rendered.plan
     _refuse_collision(plan)
     run_dir = RUNS / run_id
@@ -371,7 +371,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         if not keep_on_failure:
             down(run)
         if isinstance(exc, (KeyboardInterrupt, Interrupted)):
-            raise SystemExit(130)
+            raise RunInterrupted("interrupted") from None
         raise
     finally:
         progress.stop()
@@ -394,7 +394,7 @@ def _lab_preflight(run: Run, pull: str) -> None:
         for f in errors:
             print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
         run.save("preflight-failed")
-        raise SystemExit(f"k3lab: lab preflight failed with {len(errors)} error(s); nothing was started")
+        raise ChecksFailed(f"lab preflight failed with {len(errors)} error(s); nothing was started")
     _log(f"lab preflight: {len(run.plan.nodes)} endpoints checked in {run.timings['lab_preflight_s']:.1f}s")
 
 

@@ -1,0 +1,42 @@
+"""The library reports failures as K3labError subclasses; only the CLI turns them into exit codes."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from launchers import cli, errors, lifecycle, preflight
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _raises_system_exit(path: Path) -> list[int]:
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id == "SystemExit":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_system_exit_below_the_cli():
+    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "launchers").glob("*.py"))
+             if p.name != "cli.py" and (lines := _raises_system_exit(p))}
+    assert found == {}
+
+
+def test_failed_preflight_is_checks_failed_with_exit_1(monkeypatch, capsys):
+    error = preflight.Finding("PF-TEST", "error", "planted error")
+    monkeypatch.setattr(preflight, "run", lambda *a, **k: [error])
+    with pytest.raises(errors.ChecksFailed, match="preflight failed with 1 error"):
+        lifecycle.up("a3_pd_1m", None, {}, "sim")  # raised before any Docker call
+    monkeypatch.setattr(cli, "_run", lambda argv: lifecycle.up("a3_pd_1m", None, {}, "sim"))
+    assert cli.main(["cycle", "a3_pd_1m"]) == errors.CHECKS_FAILED
+    err = capsys.readouterr().err
+    assert "ERROR PF-TEST" in err and "k3lab: preflight failed with 1 error(s); nothing was started" in err
+
+
+def test_interrupted_run_exits_130():
+    assert errors.RunInterrupted("interrupted").exit_code == errors.INTERRUPTED == 130
