@@ -642,7 +642,7 @@ def _start_fault(f: Fault) -> set[str]:
     try:
         run = lifecycle.up(f.scenario, None, {}, "sim", sim_faults=f.at_start)
     except (lifecycle.GateFailed, RuntimeError) as exc:
-        stage = str(exc).split(":", 1)[0].removeprefix("stage ")
+        stage = exc.stage if isinstance(exc, lifecycle.GateFailed) else str(exc).split(":", 1)[0].removeprefix("stage ")
         return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
     try:
         return _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))

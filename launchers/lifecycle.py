@@ -38,7 +38,13 @@ SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
 
 
 class GateFailed(ChecksFailed, RuntimeError):
-    """A readiness gate failed: exit code 1, the message names node, process and log tail."""
+    """A readiness gate failed: exit code 1. The message names stage, node, process and log tail;
+    callers (the fault matrix) read them from the fields, never from the text."""
+
+    def __init__(self, message: str, stage: str = "", node: str | None = None, process: str | None = None,
+                 log_tail: str = "") -> None:
+        super().__init__(message)
+        self.stage, self.node, self.process, self.log_tail = stage, node, process, log_tail
 
 
 class Interrupted(BaseException):
@@ -224,14 +230,17 @@ def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) ->
             living = alive_all(run, [procs[pid] for pid in started])
             for pid in started:
                 if not living[pid]:
+                    tail = log_tail(run, procs[pid])
                     raise GateFailed(f"stage {stage.name}: {pid} on {procs[pid].node} exited before "
-                                     f"{_describe(pending[0])}; last log lines:\n{log_tail(run, procs[pid])}")
+                                     f"{_describe(pending[0])}; last log lines:\n{tail}",
+                                     stage.name, procs[pid].node, pid, tail)
         if now > deadline:
             g = pending[0]
             proc = procs.get(g.process) if g.process else None
             tail = log_tail(run, proc) if proc else ""
             raise GateFailed(f"stage {stage.name}: timed out after {timeout:.0f}s waiting for {_describe(g)} "
-                             f"({len(pending)} gate(s) pending); last log lines of {g.process}:\n{tail}")
+                             f"({len(pending)} gate(s) pending); last log lines of {g.process}:\n{tail}",
+                             stage.name, proc.node if proc else None, g.process, tail)
         time.sleep(0.25)
 
 

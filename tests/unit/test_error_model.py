@@ -40,3 +40,19 @@ def test_failed_preflight_is_checks_failed_with_exit_1(monkeypatch, capsys):
 
 def test_interrupted_run_exits_130():
     assert errors.RunInterrupted("interrupted").exit_code == errors.INTERRUPTED == 130
+
+
+def test_gate_failed_carries_stage_node_process_and_log_tail(monkeypatch):
+    from types import SimpleNamespace as NS
+
+    proc = NS(id="vllm-0", node="node0")
+    run = NS(plan=NS(processes=lambda: [proc]))
+    gate = NS(kind="tcp", target="10.0.0.1:8000", process="vllm-0", expect=None, instances=None)
+    monkeypatch.setattr(lifecycle, "gate_ok", lambda run, g: False)
+    monkeypatch.setattr(lifecycle, "log_tail", lambda run, p: "engine said no")
+    with pytest.raises(lifecycle.GateFailed) as caught:
+        lifecycle.wait_stage(run, NS(name="engines", gates=[gate]), 0, lambda *a: None, [])
+    exc = caught.value
+    assert (exc.stage, exc.node, exc.process, exc.log_tail) == ("engines", "node0", "vllm-0", "engine said no")
+    assert str(exc).startswith("stage engines: timed out") and str(exc).endswith("engine said no")
+    assert exc.exit_code == errors.CHECKS_FAILED
