@@ -56,6 +56,7 @@ def fail(what: str, expected: object, actual: object, where: str, cause: str = "
     """Raise AssertionError with a one-paragraph message; ``.evidence`` holds the fields.
 
     A plain AssertionError so reports and pytest's summary read like any failed assert."""
+    __tracebackhide__ = True  # a failed check shows the check's line, not this helper
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     ev: dict[str, str | None] = {"what": _text(what), "expected": _text(expected), "actual": _text(actual),
@@ -69,6 +70,7 @@ def fail(what: str, expected: object, actual: object, where: str, cause: str = "
 def check(condition: object, what: str, expected: object, actual: object, where: str, cause: str = "",
           remedy: str = "", kind: str | None = None) -> None:
     """:func:`fail` unless ``condition`` is true."""
+    __tracebackhide__ = True
     if not condition:
         fail(what, expected, actual, where, cause, remedy, kind)
 

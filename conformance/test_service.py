@@ -257,6 +257,7 @@ def _counter(text: str, name: str, **labels: str) -> float:
 
 
 def _metrics(http, api) -> str:
+    __tracebackhide__ = True  # a failed request shows the check that made it
     r = http.get(f"{api.url}/metrics", timeout=5)
     assert r.status_code == 200, f"{api.node} ({api.url}): /metrics answered {r.status_code}"
     return r.text
@@ -458,6 +459,7 @@ def _pool_apis(plan):
 
 
 def _complete(http, api, plan, prompt: str):
+    __tracebackhide__ = True  # a failed request shows the check that made it
     r = http.post(f"{api.url}/v1/completions", timeout=120,
                   json={"model": plan.expect.served_name, "prompt": prompt, "max_tokens": 4, "temperature": 0})
     assert r.status_code == 200, f"{api.node} ({api.url}): {r.status_code} {r.text[:200]}"

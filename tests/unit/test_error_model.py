@@ -56,3 +56,23 @@ def test_gate_failed_carries_stage_node_process_and_log_tail(monkeypatch):
     assert (exc.stage, exc.node, exc.process, exc.log_tail) == ("engines", "node0", "vllm-0", "engine said no")
     assert str(exc).startswith("stage engines: timed out") and str(exc).endswith("engine said no")
     assert exc.exit_code == errors.CHECKS_FAILED
+
+
+
+def test_check_helpers_hide_their_frame(tmp_path):
+    """A failed check's traceback ends at the check's own line, not inside conformance.evidence."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_helper.py").write_text(
+        "from conformance import evidence\n\n"
+        "def test_ports():\n"
+        "    evidence.check(False, 'port 8000 listens', 'listening', 'closed', 'node0')\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "--rootdir", str(tmp_path), str(tmp_path / "test_helper.py")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "evidence.check(False, 'port 8000 listens'" in res.stdout
+    assert "def check(" not in res.stdout and "raise err" not in res.stdout
