@@ -97,8 +97,10 @@ def contracts(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff (with bugbear and simplify) on everything, mypy on the kit (launchers/, conformance/; see pyproject)."""
+    session.install("-e", ".[test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko")
     session.run("ruff", "check", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
+    session.run("mypy")
 
 
 @nox.session(name="lab_a3_pd_1m")

@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     except errors.K3labError as exc:
         _say(exc)
         return exc.exit_code
-    except (KeyboardInterrupt,):
+    except KeyboardInterrupt:
         print("k3lab: interrupted", file=sys.stderr)
         return errors.INTERRUPTED
     except SystemExit as exc:  # argparse --help/--version, and handlers that exit with a message

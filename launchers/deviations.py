@@ -52,11 +52,10 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
     if sc.family == "k31_a3_pooled":
         add("a3-pooled-kv-ports", "seed", "Mooncake kv_port 36000/36200 instead of the reference 33100/33500",
             "33100 and 33500 lie inside the Mooncake transfer-engine range [20000, 36000) of a 16-device A3 node")
-    if sc.family == "k31_a3":
-        if "draft" in opts:
-            add("a3-dspark-option", "seed", "DSpark3 --speculative-config reconstructed from the Key PD Settings table "
-                "and §5.3.5 (draft TP 4/16, 3 tokens, bfloat16 draft cache, eager on Prefill only)",
-                "the 'Add the following option' text of §5.1.1 is missing from the guide")
+    if sc.family == "k31_a3" and "draft" in opts:
+        add("a3-dspark-option", "seed", "DSpark3 --speculative-config reconstructed from the Key PD Settings table "
+            "and §5.3.5 (draft TP 4/16, 3 tokens, bfloat16 draft cache, eager on Prefill only)",
+            "the 'Add the following option' text of §5.1.1 is missing from the guide")
     if sc.family == "k31_a5":
         if opts.get("parsers", "on") == "on":
             add("a5-parsers", "seed", "adds --enable-auto-tool-choice --reasoning-parser kimi_k3 --tool-call-parser kimi_k3",

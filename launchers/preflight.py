@@ -325,7 +325,7 @@ def _mmc_urls(f: Facts):
 
 
 def _store_port(f: Facts) -> str:
-    for (node, name), conf in f.mmc.items():
+    for (_node, name), conf in f.mmc.items():
         if name == "mmc-meta.conf" and "ock.mmc.meta_service.config_store_url" in conf:
             return conf["ock.mmc.meta_service.config_store_url"].rsplit(":", 1)[1]
     return "6000"

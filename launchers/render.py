@@ -222,8 +222,8 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         artefacts.append(Artefact.make(name="docker_run.sh", path="(host)", mode=0o755))
 
         def add(name: str, text: str, path: str, mode: int = 0o644) -> None:
-            files[name] = text
-            artefacts.append(Artefact.make(name=name, path=path, mode=mode))
+            files[name] = text  # noqa: B023 - called within this node's iteration only
+            artefacts.append(Artefact.make(name=name, path=path, mode=mode))  # noqa: B023
 
         # --- MemCache: MetaService host and per-node pool files
         if sc.pool != "none":

@@ -83,10 +83,7 @@ class Cmd:
 
 def jword(obj: object, indent: int | None = None, compact: bool = True, **splices: Var) -> Word:
     """JSON as one shell word; ``splices`` become the guides' ``'"$VAR"'`` insertions."""
-    if indent is None and compact:
-        text = json.dumps(obj, separators=(",", ":"))
-    else:
-        text = json.dumps(obj, indent=indent)
+    text = json.dumps(obj, separators=(",", ":")) if indent is None and compact else json.dumps(obj, indent=indent)
     parts: list[str | Var] = [text]
     for name, var in splices.items():
         marker = f"@@{name}@@"

@@ -78,6 +78,11 @@ def test_reaps_exited_children():
     pid = os.fork()
     if pid == 0:
         os._exit(0)
-    wait_until(lambda: open(f"/proc/{pid}/stat").read().split()[2] == "Z")
+    wait_until(lambda: _state(pid) == "Z")
     reap_children()
     assert not os.path.exists(f"/proc/{pid}")
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split()[2]

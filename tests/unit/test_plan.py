@@ -45,8 +45,9 @@ def test_renderer_constructor_still_refuses_unknown_and_missing_fields():
 
 def test_plain_defaults_are_immutable():
     # make() shares a plain default between instances, as model_construct does for immutable values
-    import launchers.plan as plan_module
     from pydantic import BaseModel
+
+    import launchers.plan as plan_module
 
     models = [m for m in vars(plan_module).values() if isinstance(m, type) and issubclass(m, BaseModel)]
     for model in models:
