@@ -25,7 +25,7 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from . import preflight, render
+from . import apikey, preflight, render
 from .backends import LABEL, Backend, LabBackend, SimBackend
 from .endpoints import HTTP, SshOptions, describe
 from .errors import ChecksFailed, EnvError, RunInterrupted
@@ -97,7 +97,7 @@ def start_process(run: Run, proc: Process) -> None:
         env["K3SIM_LOAD_SECONDS"] = os.environ.get("K3SIM_LOAD_SECONDS", "0.3")
         # the stand-in reports the vLLM-Ascend version its guide was validated on
         env["K3SIM_VLLM_VERSION"] = "0.23.0" if "0.23.0" in run.plan.seed else "0.30.0"
-    secret = os.environ.get("K3LAB_API_KEY")
+    secret = apikey.get()
     if secret and proc.kind in ("engine", "launcher"):
         env["VLLM_API_KEY"] = secret
     if secret and proc.kind == "proxy":
@@ -174,7 +174,7 @@ def shell_env(run: Run, node) -> dict[str, str]:
         lines.append(f"{k}\n  docker exec: {bare.get(k, '(unset)')}\n  login shell: {shell.get(k, '(unset)')}")
     ndir = run.dir / "evidence" / node.name
     ndir.mkdir(parents=True, exist_ok=True)
-    (ndir / "shell-env.txt").write_text(_redact("\n".join(lines) + "\n"))
+    (ndir / "shell-env.txt").write_text(apikey.redact("\n".join(lines) + "\n"))
     return delta
 
 
@@ -189,8 +189,8 @@ def gate_ok(run: Run, gate: Gate) -> bool:
                 return True
         if gate.kind == "http":
             headers = {}
-            if os.environ.get("K3LAB_API_KEY") and "/v1/" in gate.target:
-                headers["Authorization"] = f"Bearer {os.environ['K3LAB_API_KEY']}"
+            if apikey.get() and "/v1/" in gate.target:
+                headers["Authorization"] = f"Bearer {apikey.get()}"
             return HTTP.get(gate.target, timeout=2, headers=headers).status_code == 200
         if gate.kind == "log":
             proc = next(p for p in run.plan.processes() if p.id == gate.process)
@@ -459,8 +459,8 @@ def collect(run: Run) -> None:
             _, out = run.backend.exec(node.name, ["sh", "-c", script], timeout=30)
             parts = split_batch(out, token, len(logs) + 1)
             for log, got in zip(logs, parts):
-                (ndir / Path(log).name).write_text(_redact(got[1] + got[2] if got else "(no answer)\n"))
-            (ndir / "open-sockets.txt").write_text(_redact(parts[-1][1] if parts[-1] else "(no answer)\n"))
+                (ndir / Path(log).name).write_text(apikey.redact(got[1] + got[2] if got else "(no answer)\n"))
+            (ndir / "open-sockets.txt").write_text(apikey.redact(parts[-1][1] if parts[-1] else "(no answer)\n"))
         except Exception as exc:  # evidence is best effort; teardown must still run
             (ndir / "collect-error.txt").write_text(repr(exc))
 
@@ -487,11 +487,6 @@ def collect(run: Run) -> None:
         for job in [pool.submit(run.backend.parallel, one, run.plan.nodes), pool.submit(versions), pool.submit(metrics)]:
             job.result()
     run.timings["collect_s"] = time.monotonic() - t
-
-
-def _redact(text: str) -> str:
-    secret = os.environ.get("K3LAB_API_KEY")
-    return text.replace(secret, "<redacted>") if secret else text
 
 
 def down(run: Run) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from . import gate
+from . import apikey, gate
 from .report import md, redact
 
 STATUS_TEXT = {"fail": "FAIL", "incomplete": "INCOMPLETE", "warn": "warn", "pass": "pass", "na": "n/a",
@@ -141,7 +141,7 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 def release_html(out: Path, doc: dict[str, Any]) -> str:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     text = env.from_string(_HTML).render(**_view(out, doc))
-    secret = os.environ.get("K3LAB_API_KEY")
+    secret = apikey.get()
     if secret:
         import html
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
-import os
 import platform
 import sys
 import xml.etree.ElementTree as ET
@@ -21,18 +20,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from . import __version__
+from . import __version__, apikey
 from .reportsvg import e, topology_svg
 
-SECRET_ENV = "K3LAB_API_KEY"
-REDACTED = "<redacted>"
+SECRET_ENV = apikey.ENV
+REDACTED = apikey.REDACTED
 FAILED = ("failed", "error")
 NO_NODE = "deployment"  # matrix row for checks that are not about one node
 
 
-def redact(text: str) -> str:
-    secret = os.environ.get(SECRET_ENV)
-    return text.replace(secret, REDACTED) if secret else text
+redact = apikey.redact
 
 
 def _scrub(value: Any) -> Any:
@@ -323,7 +320,7 @@ def report_html(run: Run) -> str:
 
 def _redact_html(text: str) -> str:
     """Values were redacted on load; this also catches the escaped form of the secret."""
-    secret = os.environ.get(SECRET_ENV)
+    secret = apikey.get()
     if not secret:
         return text
     return text.replace(secret, e(REDACTED)).replace(e(secret), e(REDACTED))
