@@ -97,13 +97,7 @@ class Backend:
         """Remove every container of this run, in reverse plan order, then target resources."""
         removed = []
         for node in reversed(self.plan.nodes):
-            client = self.client(node)
-            for c in client.containers.list(all=True, filters={"label": f"{LABEL}={self.run_id}"}):
-                try:
-                    c.remove(force=True)
-                    removed.append(c.name)
-                except docker.errors.NotFound:
-                    pass
+            removed += remove_by_label(self.client(node), self.run_id)
         self.cleanup_target()
         return removed
 
