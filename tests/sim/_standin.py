@@ -4,8 +4,10 @@ Every wait is bounded and every process started through ``Procs`` is killed at t
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,10 +24,22 @@ PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_pro
               "no_proxy", "NO_PROXY")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port(span: int = 4) -> int:
+    """A free port whose next ``span - 1`` neighbours are free too: engines bind port + rank (KV
+    handshake per TP rank), so two ports from ``bind(0)`` could land next to each other and clash.
+    Taken below the kernel's ephemeral range, where outgoing connections cannot grab it meanwhile."""
+    rng = random.SystemRandom()
+    for _ in range(500):
+        base = rng.randrange(20000, 32000 - span)
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + span):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError("no block of free ports between 20000 and 32000")
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
