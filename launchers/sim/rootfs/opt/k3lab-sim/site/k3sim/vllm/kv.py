@@ -213,7 +213,10 @@ class MooncakeSide:
         if remote_engine == self.engine_id:
             return self._failed(remote_rid, f"AssertionError: Conflict engine id {remote_engine} with local engine id "
                                 f"{self.engine_id}.")
-        timeout = float(os.environ.get("K3SIM_KV_CONNECT_TIMEOUT_S", "2"))
+        # A refused or dropped handshake still fails at once; the timeout only bounds a slow peer. 2 s was
+        # too short for the stand-in's Python side channel on a 2-core machine running two scenarios
+        # (a healthy release failed "handshake ... timed out" at load 9).
+        timeout = float(os.environ.get("K3SIM_KV_CONNECT_TIMEOUT_S", "10"))
         refused = hw.faults("engine").get("kv_pull_refused")  # fault: this Decode cannot reach Prefill KV ports
         try:
             targets = self._remote_ports(params)
