@@ -8,7 +8,6 @@ proves each one is caught by exactly its intended checks and prints the table.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -617,22 +616,10 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
     return rows
 
 
-@contextlib.contextmanager
-def _environ(env: dict):
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _run_start_fault(f: Fault) -> set[str]:
-    with _environ(f.env):
+    from unittest import mock  # the fault's environment for this run only, restored after (stdlib)
+
+    with mock.patch.dict(os.environ, f.env):
         return _start_fault(f)
 
 
