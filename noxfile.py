@@ -5,6 +5,9 @@ to pytest for ``tests``/``golden``/``faults``.
 """
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -97,10 +100,26 @@ def contracts(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (with bugbear and simplify) on everything, mypy on the kit (launchers/, conformance/; see pyproject)."""
+    """ruff (with bugbear and simplify) on everything, mypy on the kit's package k3lab (see pyproject)."""
     session.install("-e", ".[test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko")
-    session.run("ruff", "check", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
+    session.run("ruff", "check", "k3lab", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
     session.run("mypy")
+
+
+@nox.session
+def wheel(session: nox.Session) -> None:
+    """The wheel on its own: build it, install it into a fresh venv, run k3lab cycle a3_pd_1m from another
+    directory (no checkout on sys.path: the simulator, suite and fixtures must come from the wheel)."""
+    tmp = Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), ".")
+    session.install("--force-reinstall", str(next(dist.glob("k3lab-*.whl"))))
+    work = tmp / "elsewhere"
+    work.mkdir(exist_ok=True)
+    session.chdir(work)
+    session.run("python", "-c", "import k3lab, sys; assert 'site-packages' in k3lab.__file__, k3lab.__file__")
+    session.run("k3lab", "cycle", "a3_pd_1m", *session.posargs)
 
 
 @nox.session(name="lab_a3_pd_1m")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import requests
 
-from launchers.plan import Plan
+from k3lab.model.plan import Plan
 
 
 def reset_prefix_cache(http: requests.Session, plan: Plan, external: bool = False) -> tuple[bool, str]:

@@ -1,7 +1,7 @@
 """Fixtures for live checks: the run-state and plan of a deployment that is up, and node access.
 
 Checks reach nodes only through real interfaces: ``docker exec`` of the node's tools in the node's
-container on the node's own Docker endpoint (``launchers.endpoints.NodeHost``, testinfra-shaped),
+container on the node's own Docker endpoint (``k3lab.launchers.endpoints.NodeHost``, testinfra-shaped),
 HTTP endpoints and Prometheus text. Each node's checks share an xdist group so
 ``-n N --dist loadgroup`` runs nodes in parallel.
 """
@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 import requests
 
-from launchers.plan import Plan
+from k3lab.model.plan import Plan
 
-pytest_plugins = ["conformance.plugin"]
+pytest_plugins = ["k3lab.conformance.plugin"]
 
 
 def pytest_configure(config):
     """The controller (or a run without xdist) makes the directory where workers share each node's
-    tool batch (conformance.nodetools); workers inherit it through the environment."""
+    tool batch (k3lab.conformance.nodetools); workers inherit it through the environment."""
     if hasattr(config, "workerinput"):
         return
     import shutil
     import tempfile
 
-    from conformance import nodetools
+    from k3lab.conformance import nodetools
 
     config._k3lab_tools_dir = tempfile.mkdtemp(prefix="k3lab-node-tools-")
     os.environ[nodetools.DIR_ENV] = config._k3lab_tools_dir
@@ -79,7 +79,7 @@ def state(run_dir) -> dict:
 @pytest.fixture(scope="session")
 def client_pool(state):
     """One Docker client per endpoint for the whole session (one SSH connection per ssh:// host)."""
-    from launchers.endpoints import ClientPool, SshOptions
+    from k3lab.launchers.endpoints import ClientPool, SshOptions
 
     pool = ClientPool(SshOptions.from_dict(state.get("ssh")))
     yield pool
@@ -90,7 +90,7 @@ def client_pool(state):
 def hosts(state, client_pool):
     """Per node: its container on its own endpoint from run-state.json (the same container name can
     exist on every lab node). ``hosts[n].run(cmd)`` returns rc/stdout/stderr like testinfra."""
-    from launchers.endpoints import hosts_from_state
+    from k3lab.launchers.endpoints import hosts_from_state
 
     return hosts_from_state(state, client_pool)
 
@@ -98,10 +98,10 @@ def hosts(state, client_pool):
 @pytest.fixture(scope="session")
 def tools(hosts, plan):
     """Per node: its read-only tool output (npu-smi, hccn_tool per device, /proc, staged files) from
-    ONE docker exec per node for the whole suite (conformance.nodetools); other commands run live."""
+    ONE docker exec per node for the whole suite (k3lab.conformance.nodetools); other commands run live."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from conformance.nodetools import NodeTools, Store, shared_dir
+    from k3lab.conformance.nodetools import NodeTools, Store, shared_dir
 
     store = Store(shared_dir())
     tools = {n.name: NodeTools(hosts[n.name], n, store) for n in plan.nodes if n.name in hosts}
@@ -116,7 +116,7 @@ def tools(hosts, plan):
 @pytest.fixture(scope="session")
 def docker_clients(state, client_pool):
     """Per node: the Docker client of that node's own endpoint."""
-    from launchers.endpoints import LOCAL_ENDPOINT
+    from k3lab.launchers.endpoints import LOCAL_ENDPOINT
 
     return {node: client_pool.get(state.get("endpoints", {}).get(node, LOCAL_ENDPOINT)) for node in state["containers"]}
 
@@ -142,7 +142,7 @@ def entrypoint(plan) -> str:
 def cold_cache(http, plan):
     """``cold_cache()`` resets every prefix cache (through the proxy on PD); False with the reason
     when the engines refuse (no VLLM_SERVER_DEV_MODE=1): use a never-seen prompt then."""
-    from conformance.cache import reset_prefix_cache
+    from k3lab.conformance.cache import reset_prefix_cache
 
     def reset(external: bool = False) -> tuple[bool, str]:
         return reset_prefix_cache(http, plan, external)

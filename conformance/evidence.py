@@ -1,6 +1,6 @@
 """Fail a check with structured evidence that lands in JUnit XML and the acceptance report.
 
-    from conformance.evidence import check, fail
+    from k3lab.conformance.evidence import check, fail
 
     check(len(chips) >= want, what="NPUs listed by npu-smi", expected=f">= {want}", actual=len(chips),
           where=f"{node.name}: npu-smi info", cause="a device is missing or its driver did not load",
@@ -8,7 +8,7 @@
 
 The evidence travels on the exception (not on a global "current test"), so it also survives a
 module-scoped fixture whose cached failure pytest re-raises for every dependent test. The plugin
-(``conformance.plugin``) copies it into ``item.user_properties`` while building the report.
+(``k3lab.conformance.plugin``) copies it into ``item.user_properties`` while building the report.
 Without the plugin the message alone still says everything.
 
 ``kind`` says who has to act: ``environment`` (hardware, network, driver, lab setup), ``product``
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import NoReturn
 
-from launchers.report import redact
+from k3lab.model.apikey import redact
 
 KINDS = ("environment", "product", "kit")
 FIELDS = ("what", "expected", "actual", "where", "cause", "remedy", "kind")

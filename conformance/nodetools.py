@@ -4,7 +4,7 @@ On a lab every ``docker exec`` over ``ssh://`` is an SSH channel plus a docker C
 the guides' checks are loops (``for i in {0..15}; do hccn_tool -i $i -link -g; done``, the same
 for ``-net_health``, ``-ip``, ``-vnic``, ``-tls``). The per-node checks therefore read the same real
 commands (npu-smi, hccn_tool per device, /proc, the staged files) from one batch per node
-(:meth:`launchers.endpoints.NodeHost.batch`), each command answered with its own rc and output,
+(:meth:`k3lab.launchers.endpoints.NodeHost.batch`), each command answered with its own rc and output,
 so a failure still names the host, the device and the command. A command the batch does not
 hold runs live.
 
@@ -22,7 +22,7 @@ import shlex
 import threading
 from pathlib import Path
 
-from launchers.endpoints import CommandResult, FileState
+from k3lab.launchers.endpoints import CommandResult, FileState
 
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 DIR_ENV = "K3LAB_NODE_TOOLS_DIR"

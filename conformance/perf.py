@@ -1,6 +1,6 @@
 """Performance through the entrypoint with ``vllm bench serve``, as the K3.1 Pro guide §8.2 runs it.
 
-Runs only with ``--perf``; where the benchmark runs is explained in :mod:`conformance.benchrun`.
+Runs only with ``--perf``; where the benchmark runs is explained in :mod:`k3lab.conformance.benchrun`.
 The baseline (``fixtures/baselines/<scenario>.json`` or ``--perf-baseline FILE``) fixes both the
 workload and the gated metrics, because results compare only at equal lengths, concurrency and
 cache state (guide §8.2)::
@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from conformance.benchrun import api_key_env, runner_for
-from conformance.evidence import check, fail
-from launchers import benchparse
-from launchers.report import redact
+from k3lab import paths
+from k3lab.conformance import benchparse
+from k3lab.conformance.benchrun import api_key_env, runner_for
+from k3lab.conformance.evidence import check, fail
+from k3lab.model.apikey import redact
 
 pytestmark = pytest.mark.perf
 KIND = "product"
 CONFORMANCE = {"area": "perf", "must": "The service MUST complete the benchmark's requests and stay within "
                                        "the recorded baseline's throughput and latency"}
-ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 1800  # the guide's 16-prompt run takes minutes; leaves room for larger baseline workloads
 REPORTED = ("request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms", "p99_ttft_ms",
             "mean_tpot_ms", "p99_tpot_ms")
@@ -37,7 +37,7 @@ REPORTED = ("request_throughput", "output_throughput", "total_token_throughput",
 @pytest.fixture(scope="module")
 def baseline(plan, pytestconfig) -> benchparse.Baseline | None:
     given = pytestconfig.getoption("--perf-baseline")
-    path = Path(given) if given else ROOT / "fixtures" / "baselines" / f"{plan.scenario}.json"
+    path = Path(given) if given else paths.FIXTURES / "baselines" / f"{plan.scenario}.json"
     if not path.is_file():
         if given:
             fail("perf baseline file", "an existing JSON file", "missing", str(path), "wrong --perf-baseline path",

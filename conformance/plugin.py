@@ -1,6 +1,6 @@
 """pytest plugin for the conformance suite: metadata, evidence, benchmark options, results file.
 
-Enable with one line in ``conformance/conftest.py``: ``pytest_plugins = ["conformance.plugin"]``.
+Registered through the ``pytest11`` entry point ``k3lab.conformance.plugin`` (``pyproject.toml``).
 
 * Conformance metadata, declared next to the test as in Kubernetes' ``ConformanceIt`` comments:
   a module-level ``CONFORMANCE = {"area": ..., "id": ..., "must": ...}`` applies to every test of
@@ -8,7 +8,7 @@ Enable with one line in ``conformance/conftest.py``: ``pytest_plugins = ["confor
   ``test_x.CONFORMANCE = {...}``) overrides it key by key. Defaults: area from the module name
   (``test_npu.py`` -> ``npu``), id ``<area>.<function>``. Each lands in JUnit as
   ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
-* Evidence from :mod:`conformance.evidence` (and a default ``kind`` for plain assertion failures)
+* Evidence from :mod:`k3lab.conformance.evidence` (and a default ``kind`` for plain assertion failures)
   is copied into the test's properties.
 * ``--perf`` / ``--accuracy`` enable ``conformance/perf.py`` / ``accuracy.py`` (otherwise collected
   and skipped, so the report shows they did not run).
@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from conformance import evidence
+from k3lab.conformance import evidence
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent  # compared with resolved paths: a checkout reaches it through a symlink
 OPT_IN = {"perf.py": "perf", "accuracy.py": "accuracy"}  # module file -> marker and option
 RESULTS = "conformance-results.json"
 _PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
@@ -47,6 +47,8 @@ def conformance(**meta: str):
 
 
 def pytest_addoption(parser):
+    parser.getgroup("k3lab").addoption("--run-dir", default=None,
+                                       help="run directory of a deployment that is up (conformance)")
     group = parser.getgroup("k3lab-bench", "k3lab performance and accuracy")
     group.addoption("--perf", action="store_true", default=False, help="run conformance/perf.py (vllm bench serve)")
     group.addoption("--accuracy", action="store_true", default=False, help="run conformance/accuracy.py (AISBench)")
@@ -74,7 +76,7 @@ def pytest_configure(config):
 
 def pytest_collect_file(file_path, parent):
     """perf.py / accuracy.py do not match python_files; collect them unless named on the command line."""
-    if file_path.parent == HERE and file_path.name in OPT_IN and not parent.session.isinitpath(file_path):
+    if file_path.parent.resolve() == HERE and file_path.name in OPT_IN and not parent.session.isinitpath(file_path):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
@@ -215,7 +217,7 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
 
 def _versions() -> dict[str, str]:
     try:
-        from launchers import __version__ as k3lab
+        from k3lab import __version__ as k3lab
     except ImportError:  # plugin used outside the kit's tree
         k3lab = "unknown"
     return {"k3lab": k3lab, "python": platform.python_version(), "pytest": pytest.__version__}

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from pathlib import Path
 
 import pytest
 
-from conformance.plugin import conformance
+from k3lab import paths
+from k3lab.conformance.plugin import conformance
 
 KIND = "kit"  # a mismatch here means the kit staged something other than what it rendered
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = paths.GOLDEN
 
 
 def _staged(node):
@@ -55,7 +55,7 @@ def _to_default_subnet(text: str, moved) -> str:
     """Addresses of the moved subnet back to the same host offsets of the default one."""
     if moved is None:
         return text
-    from launchers.inventory import Sim
+    from k3lab.model.inventory import Sim
 
     base = ipaddress.ip_network(Sim().subnet)
 

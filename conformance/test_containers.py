@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import docker
 
-from conformance.plugin import conformance
-from launchers.endpoints import describe
+from k3lab.conformance.plugin import conformance
+from k3lab.launchers.endpoints import describe
 
 KIND = "environment"  # default class of a failure here
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from conformance import nodetools
-from conformance.plugin import conformance
+from k3lab.conformance import nodetools
+from k3lab.conformance.plugin import conformance
 
 HCCN = nodetools.HCCN
 
@@ -32,7 +32,7 @@ def test_npu_smi_devices_healthy(node, tools):
 def _per_device(tools, node, option: str) -> dict[int, str]:
     """The guides' loop (``for i in {0..15}; do hccn_tool -i $i OPTION; done``): device -> output.
 
-    Read from the node's batch (conformance.nodetools): one exec per node for the whole suite."""
+    Read from the node's batch (k3lab.conformance.nodetools): one exec per node for the whole suite."""
     answers = tools.many([nodetools.hccn(i, option) for i in range(node.device_count)])
     result: dict[int, str] = {}
     for i in range(node.device_count):

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conformance.plugin import conformance
+from k3lab.conformance.plugin import conformance
 
 
 @pytest.fixture(autouse=True)

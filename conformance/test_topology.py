@@ -7,9 +7,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from conformance import nodetools
-from conformance.memcache import health_ok
-from conformance.plugin import conformance
+from k3lab.conformance import nodetools
+from k3lab.conformance.memcache import health_ok
+from k3lab.conformance.plugin import conformance
 
 KIND = "environment"  # default class of a failure here
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from contracts import wheel as w
-from launchers.sim.image import ROOTFS
+from k3lab.launchers.sim.image import ROOTFS
 
 SITE = str(ROOTFS / "opt" / "k3lab-sim" / "site")
 if SITE not in sys.path:

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from launchers import catalog, render, siminventory
-from launchers.sim import vllm_ascend
+from k3lab.launchers.sim import vllm_ascend
+from k3lab.model import catalog, siminventory
+from k3lab.render import artefacts as render
 
 ACCEPTED = "Template file ./run_dp_template.sh does not exist."
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from launchers.sim.image import ROOTFS
-from launchers.sim.vllm_ascend import FetchError
+from k3lab.launchers.sim.image import ROOTFS
+from k3lab.launchers.sim.vllm_ascend import FetchError
 
 SITE = ROOTFS / "opt" / "k3lab-sim" / "site"
 MAIN = "import sys; from memcache_hybrid import MetaService; sys.exit(MetaService.main())"  # the guide's command
@@ -273,7 +273,8 @@ def test_validation_errors_match(impls, tmp_path, case):
 
 def test_kit_rendered_config_starts_both(impls, tmp_path):
     """The mmc-meta.conf the kit renders (moved to loopback) starts the real service and the stand-in."""
-    from launchers import render, siminventory
+    from k3lab.model import siminventory
+    from k3lab.render import artefacts as render
 
     files = render.build("a3_pd_pooled", siminventory.default("a3_pd_pooled")).files
     text = next(f["mmc-meta.conf"] for f in files.values() if "mmc-meta.conf" in f)

@@ -1,3 +1,3 @@
-"""k3lab: conformance and acceptance kit for multi-node vLLM-Ascend deployments of Kimi K3."""
-
-__version__ = "0.1.0"
+"""Launch side (``k3lab.launchers``): how nodes are reached (targets: sim, lab, the lab emulator), how a
+rendered plan is brought up stage by stage behind readiness gates and torn down, and the simulator
+image the sim target runs (``sim/``)."""

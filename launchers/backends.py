@@ -12,16 +12,17 @@ import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import docker
 from docker.types import IPAMConfig, IPAMPool, Mount
 
-from .endpoints import ClientPool, SshOptions
-from .plan import NodePlan, Plan
+from k3lab import paths
+from k3lab.launchers.endpoints import ClientPool, SshOptions
+from k3lab.model.plan import NodePlan, Plan
 
 LABEL = "k3lab.run"
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = paths.FIXTURES
 
 
 def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
@@ -153,7 +154,7 @@ class SimBackend(Backend):
         return self.engine
 
     def prepare(self) -> None:
-        from .sim import image, vllm_ascend
+        from k3lab.launchers.sim import image, vllm_ascend
 
         self.image = image.ensure(self.engine, vllm_ascend.version_for(self.plan.seed))
         self.host_mounts = image.host_mounts()
@@ -212,7 +213,7 @@ class SimBackend(Backend):
               "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
         files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
         # the guide's image carries its vLLM / vLLM-Ascend versions as package metadata (pip show reads it)
-        from .versions import sim_package_files
+        from k3lab.launchers.versions import sim_package_files
 
         files.update(sim_package_files(self.plan.seed))
         for path in (FIXTURES / "checkpoints").rglob("*"):

@@ -24,6 +24,7 @@ the data directories, and also cleans up after an ``up`` that was interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -37,7 +38,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import EnvError
+from k3lab import paths
+from k3lab.errors import EnvError
 
 BRIDGE = "k3emu0"
 SUBNET = ipaddress.ip_network("10.213.0.0/24")
@@ -47,9 +49,7 @@ NS_PREFIX = "k3emu-"
 STATE = Path(os.environ.get("K3LAB_EMU_DIR", "/var/lib/k3lab-emu"))
 RUN = Path("/run/k3lab-emu")
 TCP_PORT = 2375
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures"
-SITE = Path(__file__).resolve().parent / "sim" / "rootfs" / "opt" / "k3lab-sim" / "site"
+FIXTURES = paths.FIXTURES
 
 
 class LabEmuError(EnvError, RuntimeError):
@@ -138,7 +138,7 @@ def _network(hosts: list[Host]) -> None:
 
 
 def _hardware(h: Host, node: str, platform: str) -> dict:
-    from . import catalog
+    from k3lab.model import catalog
 
     count = catalog.DEVICES[platform]
     base = int(DEVICE_NET.network_address)
@@ -150,15 +150,24 @@ def _hardware(h: Host, node: str, platform: str) -> dict:
             "super_pod_id": 0, "server_index": h.index, "devices": devices, "faults": {}}
 
 
+@contextlib.contextmanager
+def _k3sim_importable():
+    from k3lab.launchers.sim import image
+
+    saved = list(sys.path)
+    sys.path[:0] = image.host_pythonpath()
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
 def _device_addresses(h: Host) -> list[tuple[str, int]]:
     path = h.root / "etc" / "k3lab-sim" / "node.json"
     if not path.exists():
         return []
-    sys.path.insert(0, str(SITE))
-    try:
+    with _k3sim_importable():
         from k3sim import hw, node_init  # the driver's view of the emulated devices
-    finally:
-        sys.path.remove(str(SITE))
     os.environ[hw.NODE_FILE_ENV] = str(path)
     try:
         return node_init.device_addresses(hw.node())
@@ -167,11 +176,8 @@ def _device_addresses(h: Host) -> list[tuple[str, int]]:
 
 
 def _hccn_conf(h: Host) -> str:
-    sys.path.insert(0, str(SITE))
-    try:
+    with _k3sim_importable():
         from k3sim import hw, node_init
-    finally:
-        sys.path.remove(str(SITE))
     os.environ[hw.NODE_FILE_ENV] = str(h.root / "etc" / "k3lab-sim" / "node.json")
     try:
         return node_init.hccn_conf(hw.node())
@@ -192,8 +198,9 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
     hw = _hardware(h, node, platform)
     (etc / "k3lab-sim" / "node.json").write_text(json.dumps(hw, indent=2))
     (etc / "hccn.conf").write_text(_hccn_conf(h))
-    (etc / "ascend_install.info").write_text((Path(__file__).resolve().parent / "sim" / "rootfs" / "etc" /
-                                              "ascend_install.info").read_text())
+    from k3lab.launchers.sim import image
+
+    (etc / "ascend_install.info").write_text((image.ROOTFS / "etc" / "ascend_install.info").read_text())
     cache = h.root / "cache"
     cache.mkdir(exist_ok=True)
     for path in (FIXTURES / "checkpoints").rglob("*"):
@@ -259,8 +266,8 @@ def _wait_ready(h: Host, timeout: float = 60) -> None:
 
 def _builds(images: list[str]) -> dict[str, tuple[bytes, str]]:
     """The sim image tar per guide image, built ONCE here so every engine imports the same bytes."""
-    from . import catalog
-    from .sim import image, vllm_ascend
+    from k3lab.launchers.sim import image, vllm_ascend
+    from k3lab.model import catalog
 
     # each guide's image carries its own vllm-ascend release (proxy, launch_online_dp.py)
     seeds = {sc.image: sc.seed for sc in catalog.SCENARIOS.values()}
@@ -273,7 +280,7 @@ def _load_image(h: Host, builds: dict[str, tuple[bytes, str]]) -> None:
     """The image that carries the stand-ins, tagged with the guides' image names (checked)."""
     import docker
 
-    from .sim import image
+    from k3lab.launchers.sim import image
 
     client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=300)
     for name, built in builds.items():
@@ -286,7 +293,7 @@ def _load_image(h: Host, builds: dict[str, tuple[bytes, str]]) -> None:
 
 
 def guide_images() -> list[str]:
-    from . import catalog
+    from k3lab.model import catalog
 
     return sorted({sc.image for sc in catalog.SCENARIOS.values()})
 
@@ -319,7 +326,7 @@ def _hosts_on_machine() -> list[Host]:
 
 
 def inventory(scenario: str, hosts: list[Host], endpoint_kinds: list[str], known_hosts: Path, key: Path) -> dict:
-    from . import siminventory
+    from k3lab.model import siminventory
 
     inv = siminventory.default(scenario).model_dump(mode="json", exclude_defaults=True)
     nodes = inv["nodes"]
@@ -339,10 +346,10 @@ def endpoint_kinds(n: int, mode: str) -> list[str]:
 
 
 def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path:
-    from . import catalog
+    from k3lab.model import catalog
 
     sc = catalog.get(scenario)
-    want = len(__import__("launchers.siminventory", fromlist=["default"]).default(scenario).nodes)
+    want = len(__import__("k3lab.model.siminventory", fromlist=["default"]).default(scenario).nodes)
     n = nodes or want
     if n != want:
         raise LabEmuError(f"{scenario} needs {want} hosts; got --nodes {n}")
@@ -357,7 +364,7 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
     t0 = time.monotonic()
     key = _client_key()
     client_pub = (key.with_suffix(".pub")).read_text()
-    from . import siminventory
+    from k3lab.model import siminventory
 
     node_names = [nd.name for nd in siminventory.default(scenario).nodes]
     for h, name in zip(hosts, node_names):

@@ -1,6 +1,6 @@
 """Lab preflight over the nodes' own endpoints, before anything starts.
 
-The static preflight (``launchers.preflight``) reads the plan; these checks ask each node's Docker
+The static preflight (``k3lab.preflight.checks``) reads the plan; these checks ask each node's Docker
 endpoint what a ``docker run`` there would meet. They only read, except a probe container that
 is created (never started) to let the engine validate the bind-mount sources, and an image pull
 when ``--pull`` asks for it. A container the kit did not start is never touched.
@@ -19,10 +19,10 @@ import docker
 import paramiko
 from docker.types import Mount
 
-from .endpoints import HTTP, ClientPool, describe
-from .labchecks import BY_ID
-from .plan import NodePlan, Plan
-from .preflight import Finding
+from k3lab.launchers.endpoints import HTTP, ClientPool, describe
+from k3lab.model.plan import NodePlan, Plan
+from k3lab.preflight.checks import Finding
+from k3lab.preflight.labchecks import BY_ID
 
 LABEL = "k3lab.run"
 PULL_POLICIES = ("never", "missing", "always")

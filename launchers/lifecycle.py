@@ -8,14 +8,12 @@ failure, Ctrl-C and SIGTERM.
 """
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import json
 import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -25,11 +23,13 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from . import apikey, preflight, render
-from .backends import LABEL, Backend, LabBackend, SimBackend
-from .endpoints import HTTP, SshOptions, describe
-from .errors import ChecksFailed, EnvError, RunInterrupted
-from .plan import Gate, Plan, Process
+from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
+from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend
+from k3lab.launchers.endpoints import HTTP, SshOptions, describe
+from k3lab.model import apikey
+from k3lab.model.plan import Gate, Plan, Process
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
 
@@ -315,7 +315,7 @@ def _refuse_collision(plan: Plan) -> None:
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
        keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never") -> Run:
     """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start."""
-    from .cliargs import load_inventory
+    from k3lab.model.select import load_inventory
 
     inv, inv_name = load_inventory(scenario, inventory_path)
     tgt = target or ("lab" if inventory_path else "sim")
@@ -388,8 +388,8 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
 
 
 def _lab_preflight(run: Run, pull: str) -> None:
-    """Ask every node's endpoint before anything starts (launchers.labpreflight); nothing runs on errors."""
-    from . import labpreflight
+    """Ask every node's endpoint before anything starts (k3lab.launchers.labpreflight); nothing runs on errors."""
+    from k3lab.launchers import labpreflight
 
     t = time.monotonic()
     findings = labpreflight.run(run.plan, run.backend.pool, run.id, pull)
@@ -440,7 +440,7 @@ def collect(run: Run) -> None:
 
     Nodes in parallel, one exec per node (every log and the open sockets in one batch): on a lab
     each exec over ssh:// is a round trip."""
-    from .endpoints import batch_script, split_batch
+    from k3lab.launchers.endpoints import batch_script, split_batch
 
     evidence = run.dir / "evidence"
     evidence.mkdir(parents=True, exist_ok=True)
@@ -465,8 +465,8 @@ def collect(run: Run) -> None:
             (ndir / "collect-error.txt").write_text(repr(exc))
 
     def versions() -> None:
-        try:  # versions as evidence, read from the nodes themselves (launchers.versions)
-            from .versions import probe
+        try:  # versions as evidence, read from the nodes themselves (k3lab.launchers.versions)
+            from k3lab.launchers.versions import probe
 
             probe(run)
         except Exception as exc:  # best effort like the rest; the release gate reports a missing versions.json
@@ -511,40 +511,6 @@ def down_all() -> int:
     return 0
 
 
-# The kit's own test plugins (Hypothesis, syrupy, ...) are installed beside the suite but unused by
-# it; loading them costs about 1 s of CPU in the controller and in each xdist worker.
-SUITE_PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:syrupy", "-p", "no:anyio",
-                     "-p", "no:platformdirs", "-p", "no:pytest11.testinfra"]
-
-
-def _suite(run: Run, args: argparse.Namespace) -> int:
-    """The conformance suite against a deployment that is up, then evidence and reports."""
-    code = 1
-    try:
-        t = time.monotonic()
-        extra = list(args.pytest_args)
-        if not any(a == "-n" or a.startswith("-n") or a.startswith("--numprocesses") for a in extra):
-            extra = ["-n", "2", "--dist", "loadgroup", *extra]  # nodes' checks in parallel, one group per node
-        pytest_args = [sys.executable, "-m", "pytest", str(Path(__file__).resolve().parent.parent / "conformance"),
-                       f"--run-dir={run.dir}", *SUITE_PLUGINS_OFF, f"--junitxml={run.dir / 'junit.xml'}", *extra]
-        code = subprocess.call(pytest_args, timeout=args.conformance_timeout)
-        run.timings["conformance_s"] = time.monotonic() - t
-    except subprocess.TimeoutExpired:
-        _log(f"conformance suite timed out after {args.conformance_timeout}s")
-    except (KeyboardInterrupt, Interrupted):
-        code = 130
-    finally:
-        collect(run)
-        try:
-            from .report import write_reports
-
-            reports = write_reports(run.dir)
-            _log("reports: " + ", ".join(str(p) for p in reports.values()))
-        except Exception as exc:  # a report problem must never block teardown
-            _log(f"reports failed: {exc!r}")
-    return code
-
-
 class _AttachedRun(Run):
     """A deployment started by hand: every planned node's container, found or not, is in the state."""
 
@@ -557,7 +523,7 @@ class _AttachedRun(Run):
 
 def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
     """Find a hand-started deployment on the inventory's endpoints: nothing is created or started."""
-    from .cliargs import load_inventory
+    from k3lab.model.select import load_inventory
 
     inv, inv_name = load_inventory(scenario, inventory_path)
     run_id = "attach-" + time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import catalog
+from k3lab.model import catalog
 
 FILE = "versions.json"
 PACKAGES = {"vllm": "vllm", "vllm_ascend": "vllm-ascend", "memcache_hybrid": "memcache-hybrid",

@@ -1,8 +1,8 @@
 """The sim node image, built with no image registry: ``docker import`` of a small root filesystem.
 
-The image holds the stand-ins (``launchers/sim/rootfs``), mount points, and the real vllm-ascend
+The image holds the stand-ins (the ``k3sim`` package and ``launchers/sim/rootfs``), mount points, and the real vllm-ascend
 proxy and ``launch_online_dp.py`` of one release under ``/vllm-workspace/vllm-ascend``, fetched
-from the package registry (``launchers.sim.vllm_ascend``; one image per release). Programs come from
+from the package registry (``k3lab.launchers.sim.vllm_ascend``; one image per release). Programs come from
 the host, mounted read-only: ``/usr`` subtrees for bash and coreutils, and the kit's own Python
 (``sys.prefix`` and ``sys.base_prefix``) for the stand-ins. ``python``/``python3`` on the node's
 PATH are wrappers around that interpreter with the stand-in packages on ``PYTHONPATH``. The tag
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import sys
 import tarfile
 import time
@@ -21,32 +20,27 @@ from pathlib import Path
 import docker
 from docker.types import Mount
 
-from . import vllm_ascend
+from k3lab.launchers.sim import vllm_ascend
+from k3lab.render import profiles
 
-ROOTFS = Path(__file__).resolve().parent / "rootfs"
+HERE = Path(__file__).resolve().parent
+ROOTFS = HERE / "rootfs"  # files copied verbatim into the image
+PACKAGE = HERE / "k3sim"  # the simulator's own package: an ordinary one, put on the image's SITE
 REPO = "k3lab-sim"
 SITE = "/opt/k3lab-sim/site"
+
+
+def host_pythonpath() -> list[str]:
+    """What makes the stand-ins importable on this host (tests, the lab emulator): k3sim's parent and the
+    image's site (the MemCache packages and the dist-info directories the version probes read)."""
+    return [str(HERE), str(ROOTFS / SITE.lstrip("/"))]
 VLLM_ASCEND_DIR = "vllm-workspace/vllm-ascend"  # the images' source tree (inventory vllm_ascend_source_dir)
-HOST_DIRS = ["/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/share/zoneinfo"]
-HOST_FILES = ["/etc/ld.so.cache", "/etc/alternatives"]
 SKELETON_DIRS = ["bin", "etc", "tmp", "root", "root/.cache", "run", "var/log", "var/tmp", "dev", "proc", "sys",
                  "home", "mnt", "etc/k3lab-sim", "run/k3lab-sim"]
 
 
-def python_dirs() -> list[str]:
-    """Host directories the kit's interpreter needs (venv and its base install)."""
-    dirs = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.prefix}
-    exe = Path(sys.executable)
-    dirs.add(str(exe.parent.parent))
-    return sorted(d for d in dirs if os.path.isdir(d))
-
-
 def host_mounts() -> list[Mount]:
-    mounts = []
-    for path in HOST_DIRS + HOST_FILES + python_dirs():
-        if os.path.exists(path):
-            mounts.append(Mount(target=path, source=path, type="bind", read_only=True))
-    return mounts
+    return [Mount(target=path, source=path, type="bind", read_only=True) for path in profiles.host_paths()]
 
 
 def _wrapper(python: str) -> bytes:
@@ -82,8 +76,10 @@ def build_tar(vllm_ascend_version: str = vllm_ascend.K3) -> tuple[bytes, str]:
         add_file("etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/bin/false\n", 0o644)
         add_file("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)
         seen_dirs: set[str] = set(SKELETON_DIRS)
-        for path in sorted(ROOTFS.rglob("*")):
-            rel = path.relative_to(ROOTFS).as_posix()
+        tree = [(p, p.relative_to(ROOTFS).as_posix()) for p in ROOTFS.rglob("*")]
+        tree += [(p, f"{SITE.lstrip('/')}/k3sim/{p.relative_to(PACKAGE).as_posix()}") for p in PACKAGE.rglob("*")]
+        tree.append((PACKAGE, f"{SITE.lstrip('/')}/k3sim"))
+        for path, rel in sorted(tree, key=lambda t: t[1]):
             if "__pycache__" in rel or rel.endswith(".pyc"):
                 continue
             if path.is_dir():

@@ -20,16 +20,17 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import EnvError
+from k3lab.errors import EnvError
+from k3lab.model.deviations import SIM_VLLM_ASCEND_K3, SIM_VLLM_ASCEND_K31, sim_vllm_ascend
 
+# the releases (which one per guide is a deviation of the sim target, listed with the others)
+K3, K31, version_for = SIM_VLLM_ASCEND_K3, SIM_VLLM_ASCEND_K31, sim_vllm_ascend
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
 LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
 FILES = (PROXY, LAUNCHER)
 
 # The K3 guide is validated on vLLM-Ascend 0.23.0 (0.23.0.post1 is its fix release). The K3.1 Pro
 # guide's 0.30.0 is not on the registry: the newest release there stands in (plan deviation).
-K3 = "0.23.0.post1"
-K31 = "0.30.0rc2"
 SOC_VERSION = "ascend910_9391"  # any valid SoC: it only keeps the metadata step away from npu-smi
 HELPER_PACKAGES = ("setuptools", "setuptools_scm", "wheel")
 DOWNLOAD_TIMEOUT_S = 900
@@ -41,11 +42,6 @@ class FetchError(EnvError, RuntimeError):
 
 def cache_dir() -> Path:
     return Path(os.environ.get("K3LAB_CACHE") or Path.home() / ".cache" / "k3lab")
-
-
-def version_for(seed: str) -> str:
-    """The vllm-ascend release whose examples the simulator runs for a scenario of this guide."""
-    return K3 if "0.23.0" in seed else K31
 
 
 @contextmanager

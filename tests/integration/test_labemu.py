@@ -20,11 +20,11 @@ import docker
 import pytest
 import yaml
 
-from launchers import labemu
+from k3lab.launchers import labemu
 
 pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
 ROOT = Path(__file__).resolve().parents[2]
-K3LAB = [sys.executable, "-m", "launchers.cli"]
+K3LAB = [sys.executable, "-m", "k3lab.cli.main"]
 SCENARIO = "k3_a3_mixed"  # four hosts
 
 

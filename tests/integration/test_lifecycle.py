@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launchers import siminventory
+from k3lab.model import siminventory
 
 from .conftest import leftovers
 
 pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
-K3LAB = [sys.executable, "-m", "launchers.cli"]
+K3LAB = [sys.executable, "-m", "k3lab.cli.main"]
 ROOT = Path(__file__).resolve().parents[2]
 
 

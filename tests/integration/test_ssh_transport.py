@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launchers import siminventory
+from k3lab.model import siminventory
 
 pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def inventory(tmp_path, port) -> Path:
 
 def test_unknown_host_key_is_refused(sshd, tmp_path, runs_dir, clean_engine):
     env = {**os.environ, "HOME": str(sshd["home"])}  # no known_hosts entry yet
-    res = subprocess.run([sys.executable, "-m", "launchers.cli", "up", "k3_a3_mixed", "-i",
+    res = subprocess.run([sys.executable, "-m", "k3lab.cli.main", "up", "k3_a3_mixed", "-i",
                           str(inventory(tmp_path, sshd["port"])), "--target", "sim"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     out = res.stdout + res.stderr
@@ -78,7 +78,7 @@ def test_unknown_host_key_is_refused(sshd, tmp_path, runs_dir, clean_engine):
 def test_sim_run_over_ssh(sshd, tmp_path, runs_dir, clean_engine):
     (sshd["home"] / ".ssh" / "known_hosts").write_text(sshd["known_hosts"])
     env = {**os.environ, "HOME": str(sshd["home"])}
-    res = subprocess.run([sys.executable, "-m", "launchers.cli", "cycle", "k3_a3_mixed", "-i",
+    res = subprocess.run([sys.executable, "-m", "k3lab.cli.main", "cycle", "k3_a3_mixed", "-i",
                           str(inventory(tmp_path, sshd["port"])), "--target", "sim", "--", "-q", "-k",
                           "models or health or container_running"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
@@ -92,10 +92,11 @@ def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatc
     container spec drops those three and mounts the host's programs instead; everything else
     (endpoint per node, host network, shm, labels, staging, exec, teardown by label) is the lab path.
     """
-    from launchers import inventory, render
-    from launchers.backends import LabBackend
-    from launchers.plan import Mount
-    from launchers.sim import image
+    from k3lab.launchers.backends import LabBackend
+    from k3lab.launchers.sim import image
+    from k3lab.model import inventory
+    from k3lab.model.plan import Mount
+    from k3lab.render import artefacts as render
 
     (sshd["home"] / ".ssh" / "known_hosts").write_text(sshd["known_hosts"])
     monkeypatch.setenv("HOME", str(sshd["home"]))

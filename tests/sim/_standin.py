@@ -18,8 +18,12 @@ from typing import Callable
 
 import pytest
 
-ROOTFS = Path(__file__).resolve().parents[2] / "launchers" / "sim" / "rootfs"
-SITE = ROOTFS / "opt" / "k3lab-sim" / "site"
+from k3lab.launchers.sim import image
+
+ROOTFS = image.ROOTFS
+SITE = ROOTFS / "opt" / "k3lab-sim" / "site"  # the image's site: MemCache packages, dist-info directories
+SIM_PATH = image.host_pythonpath()  # k3sim and the site, importable here as in the image
+PYTHONPATH = os.pathsep.join(SIM_PATH)
 PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
               "no_proxy", "NO_PROXY")
 
@@ -45,7 +49,7 @@ def free_port(span: int = 4) -> int:
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The host environment minus proxies, with the sim site importable and a private node file."""
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS and not k.startswith(("MMC_", "K3SIM_"))}
-    env.update(PYTHONPATH=str(SITE), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+    env.update(PYTHONPATH=PYTHONPATH, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
                K3SIM_NODE_FILE=str(tmp_path / "node.json"))
     env.update(extra)
     return env

@@ -9,11 +9,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.sim._standin import SITE, base_env, free_port, port_open, wait_until, write_node
+from tests.sim._standin import SIM_PATH, SITE, base_env, free_port, port_open, wait_until, write_node
 
 VLLM = [sys.executable, "-m", "k3sim.vllm"]
-if str(SITE) not in sys.path:  # in-process tests import k3sim.vllm directly
-    sys.path.insert(0, str(SITE))
+for _p in reversed(SIM_PATH):  # in-process tests import k3sim.vllm directly
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 
 

@@ -1,14 +1,14 @@
 """The real launch_online_dp.py the simulator runs (fetched from the registry's vllm-ascend sdists):
 the CLI, the seven positional arguments of run_dp_template.sh and the quirks the kit relies on
-(``launchers.render._launcher_children`` predicts the same calls)."""
+(``k3lab.render.artefacts._launcher_children`` predicts the same calls)."""
 from __future__ import annotations
 
 import sys
 
 import pytest
 
-from launchers.render import _launcher_children
-from launchers.sim import vllm_ascend
+from k3lab.launchers.sim import vllm_ascend
+from k3lab.render.artefacts import _launcher_children
 from tests.sim._standin import base_env, run
 
 RECORD = 'echo "$@" >> calls.log\n'

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from launchers.sim import vllm_ascend
+from k3lab.launchers.sim import vllm_ascend
 from tests.sim import _standin
 from tests.sim._standin import base_env, free_port, port_open, wait_until
 from tests.sim._vllm import VLLM, chat, env, metric, model_dir, request, sse, wait_ready

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.sim._standin import SITE, base_env, free_port, procs, py, run, wait_until, write_node  # noqa: F401
+from tests.sim._standin import SIM_PATH, SITE, base_env, free_port, procs, py, run, wait_until, write_node  # noqa: F401
 
 META = py("import sys; from memcache_hybrid import MetaService; sys.exit(MetaService.main())")
 CLIENT = """
@@ -365,11 +365,12 @@ def test_injected_provider_failure_and_bad_device_id(meta):
                                         ("200MB", 200 << 20), ("200m", 200 << 20), ("2.5GB", 5 << 29),
                                         ("1TB", 1 << 40), ("0GB", 0), ("1.5", None), ("GB", None), ("-1GB", None)])
 def test_size_syntax(text, size):
-    sys.path.insert(0, str(SITE))
+    saved = list(sys.path)
+    sys.path[:0] = SIM_PATH
     try:
         from k3sim.memcache.config import parse_size
     finally:
-        sys.path.remove(str(SITE))
+        sys.path[:] = saved
     assert parse_size(text) == size
 
 

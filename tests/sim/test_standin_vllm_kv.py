@@ -7,9 +7,8 @@ import os
 import textwrap
 
 from tests.sim import _standin
-from tests.sim._standin import port_open
+from tests.sim._standin import PYTHONPATH, port_open
 from tests.sim._vllm import (
-    SITE,
     VLLM,
     chat,
     env,
@@ -144,7 +143,7 @@ def _pool_env(tmp_path, name: str, **extra: str) -> dict[str, str]:
     (fake / "memcache_hybrid" / "__init__.py").write_text(FAKE_STORE)
     (tmp_path / "store").mkdir(exist_ok=True)
     e = env(tmp_path, name, FAKE_MMC_DIR=str(tmp_path / "store"), MMC_LOCAL_CONFIG_PATH=str(tmp_path / "mmc.conf"))
-    e["PYTHONPATH"] = f"{fake}{os.pathsep}{SITE}"
+    e["PYTHONPATH"] = f"{fake}{os.pathsep}{PYTHONPATH}"
     e.update(extra)
     return e
 

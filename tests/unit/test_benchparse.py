@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers import benchparse as bp
+from k3lab.conformance import benchparse as bp
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "fixtures" / "bench"

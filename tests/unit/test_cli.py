@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from launchers import cli, errors
+from k3lab import errors
+from k3lab.cli import main as cli
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -60,7 +61,7 @@ def test_a_closed_output_pipe_ends_quietly(argv):
     r, w = os.pipe()
     os.close(r)
     try:
-        res = subprocess.run([sys.executable, "-m", "launchers.cli", *argv], stdout=w, stderr=subprocess.PIPE,
+        res = subprocess.run([sys.executable, "-m", "k3lab.cli.main", *argv], stdout=w, stderr=subprocess.PIPE,
                              text=True, timeout=60)
     finally:
         os.close(w)
@@ -68,8 +69,8 @@ def test_a_closed_output_pipe_ends_quietly(argv):
 
 
 def test_python_m_runs_the_whole_module_before_main():
-    # `python -m launchers.cli` runs main() at the __main__ guard: helpers defined after it did not exist yet
-    res = subprocess.run([sys.executable, "-m", "launchers.cli", "rendr", "a3_pd"], capture_output=True, text=True,
+    # `python -m k3lab.cli.main` runs main() at the __main__ guard: helpers defined after it did not exist yet
+    res = subprocess.run([sys.executable, "-m", "k3lab.cli.main", "rendr", "a3_pd"], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == errors.USAGE and "did you mean 'render'" in res.stderr, res.stderr
 
@@ -123,7 +124,7 @@ def test_environment_error_exits_3(capsys, monkeypatch):
 
 
 def test_gate_failure_is_checks_failed():
-    from launchers import lifecycle
+    from k3lab.launchers import lifecycle
 
     assert issubclass(lifecycle.GateFailed, errors.ChecksFailed)
 
@@ -228,7 +229,7 @@ INVENTORY_FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "fixture
 ], ids=["render-preflight", "lab-target", "list-version", "check-lists", "schema-init-inventory"])
 def test_static_commands_do_not_import_the_live_stack(commands, also_absent, tmp_path):
     code = ("import json, sys, contextlib, io\n"
-            "from launchers import cli\n"
+            "from k3lab.cli import main as cli\n"
             "for argv in json.loads(sys.argv[1]):\n"
             "    with contextlib.redirect_stdout(io.StringIO()):\n"
             "        rc = cli.main(argv)\n"

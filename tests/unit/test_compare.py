@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from launchers import baseline, benchparse, compare, gate, policy
-from launchers.cli import main
+from k3lab.cli.main import main
+from k3lab.conformance import benchparse
+from k3lab.model import policy
+from k3lab.reports import gate
+from k3lab.tools import baseline, compare
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 RUN = FIX / "release" / "run-k3_a3_mixed"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from launchers import endpoints
-from launchers.endpoints import ClientPool, NodeHost, SshOptions, hosts_from_state
+from k3lab.launchers import endpoints
+from k3lab.launchers.endpoints import ClientPool, NodeHost, SshOptions, hosts_from_state
 
 
 class _Api:

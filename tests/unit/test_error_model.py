@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from launchers import cli, errors, lifecycle, preflight
+from k3lab import errors
+from k3lab.cli import main as cli
+from k3lab.launchers import lifecycle
+from k3lab.preflight import checks as preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +63,7 @@ def test_gate_failed_carries_stage_node_process_and_log_tail(monkeypatch):
 
 
 def test_check_helpers_hide_their_frame(tmp_path):
-    """A failed check's traceback ends at the check's own line, not inside conformance.evidence."""
+    """A failed check's traceback ends at the check's own line, not inside k3lab.conformance.evidence."""
     import os
     import subprocess
     import sys

@@ -1,7 +1,7 @@
 """The fault catalog's shape: what the live runner relies on, without Docker."""
 from __future__ import annotations
 
-from launchers import faults
+from k3lab.tools import faults
 
 
 def test_every_live_fault_names_specific_checks():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from launchers import gate, policy, releasereport
+from k3lab.model import policy
+from k3lab.reports import gate, releasereport
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "release" / "run-k3_a3_mixed"
 EFF = policy.load().for_scenario("k3_a3_mixed")

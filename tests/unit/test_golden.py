@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from launchers import catalog, render, siminventory
+from k3lab.model import catalog, siminventory
+from k3lab.render import artefacts as render
 from tests.golden_ext import GoldenArtefact
 
 

@@ -1,4 +1,4 @@
-"""The kit's modules import one way: no import cycle, the CLI and its command handlers on top.
+"""The kit's modules import one way: no import cycle, layers in order, the CLI and its handlers on top.
 
 Function-local imports count as edges too (they keep start-up small, but must not hide a cycle), and
 so do the CLI's ``lazy("<module>", ...)`` handlers. The simulator's own package (k3sim, run inside the
@@ -11,19 +11,31 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("launchers", "conformance")
+# folder -> its package name: launchers/ and conformance/ are k3lab.launchers and k3lab.conformance
+PACKAGES = {"k3lab": "k3lab", "launchers": "k3lab.launchers", "conformance": "k3lab.conformance"}
+# bottom to top: a module may import its own layer and the layers below it, never one above
+LAYERS = ["k3lab.errors", "k3lab.paths", "k3lab.model", "k3lab.render", "k3lab.preflight", "k3lab.launchers",
+          "k3lab.conformance", "k3lab.reports", "k3lab.tools", "k3lab.cli"]
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
-    for pkg in PACKAGES:
-        for f in (ROOT / pkg).rglob("*.py"):
-            if "rootfs" in f.parts:
+    for folder, pkg in PACKAGES.items():
+        for f in (ROOT / folder).rglob("*.py"):
+            if "rootfs" in f.parts or "k3sim" in f.parts:  # the simulator's own package runs in its image
                 continue
-            rel = f.relative_to(ROOT).with_suffix("")
+            rel = f.relative_to(ROOT / folder).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-            mods[".".join(parts)] = f
+            mods[".".join((pkg, *parts))] = f
     return mods
+
+
+def layer(module: str) -> int:
+    """Index in LAYERS of the layer ``module`` belongs to (k3lab itself, the package root, is -1)."""
+    for i, name in reversed(list(enumerate(LAYERS))):
+        if module == name or module.startswith(name + "."):
+            return i
+    return -1
 
 
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
@@ -40,8 +52,8 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
                 base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
-    if name == "launchers.cli":
-        found.update(f"launchers.{m}" for m in re.findall(r'lazy\("(\w+)"', text))
+    if name == "k3lab.cli.main":
+        found.update(re.findall(r'lazy\("([\w.]+)"', text))
     out = set()
     for m in found:
         while m and m not in mods:
@@ -93,9 +105,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_is_read():
     graph = _graph()
-    assert {"launchers.cli", "launchers.lifecycle", "launchers.commands", "conformance.plugin"} <= set(graph)
-    assert "launchers.lifecycle" in graph["launchers.commands"]
-    assert "launchers.commands" in graph["launchers.cli"]  # through lazy(...)
+    assert {"k3lab.cli.main", "k3lab.launchers.lifecycle", "k3lab.cli.commands", "k3lab.conformance.plugin"} <= set(graph)
+    assert "k3lab.launchers.lifecycle" in graph["k3lab.cli.commands"]
+    assert "k3lab.cli.commands" in graph["k3lab.cli.main"]  # through lazy(...)
 
 
 def test_import_graph_has_no_cycle():
@@ -104,9 +116,9 @@ def test_import_graph_has_no_cycle():
 
 def test_cli_and_its_handlers_are_on_top():
     graph = _graph()
-    on_top = {"launchers.cli", "launchers.commands"}
+    on_top = {"k3lab.cli.main", "k3lab.cli.commands"}
     wrong = sorted((m, t) for m, targets in graph.items() for t in targets & on_top
-                   if not (m == "launchers.cli" and t == "launchers.commands"))
+                   if not (m == "k3lab.cli.main" and t == "k3lab.cli.commands"))
     assert wrong == [], f"modules below the CLI import it: {wrong}"
 
 
@@ -118,8 +130,27 @@ def test_every_lazy_handler_resolves():
     """Each subcommand's ``lazy("<module>", "<function>")`` names a function that exists."""
     import importlib
 
-    text = (ROOT / "launchers" / "cli.py").read_text()
-    handlers = re.findall(r'lazy\("(\w+)", "(\w+)"\)', text)
+    text = (ROOT / "k3lab" / "cli" / "main.py").read_text()
+    handlers = re.findall(r'lazy\("([\w.]+)", "(\w+)"\)', text)
     assert len(handlers) >= 10
-    missing = [(m, f) for m, f in handlers if not callable(getattr(importlib.import_module(f"launchers.{m}"), f, None))]
+    missing = [(m, f) for m, f in handlers if not callable(getattr(importlib.import_module(m), f, None))]
     assert missing == []
+
+
+def test_layers_import_downwards_only():
+    graph = _graph()
+    assert all(layer(m) >= 0 or m == "k3lab" for m in graph), [m for m in graph if layer(m) < 0]
+    upward = sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets if layer(t) > layer(m))
+    assert upward == [], "imports from a lower layer into a higher one:\n" + "\n".join(upward)
+
+
+def test_kit_modules_are_imported_by_package_name_only():
+    """``launchers`` and ``conformance`` are folders of the checkout; the kit imports them as k3lab.*, so a
+    module is never loaded twice under two names."""
+    bad = []
+    for path in [*_modules().values(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "contracts").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("launchers", "conformance")]
+    assert bad == []

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from launchers import cli, inventory, render, siminventory
+from k3lab.cli import main as cli
+from k3lab.model import inventory, siminventory
+from k3lab.render import artefacts as render
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures" / "inventories"
 
@@ -62,12 +64,12 @@ def test_json_schema_exports():
 def test_example_lab_inventories_render_and_pass_preflight(path, tmp_path):
     inv = inventory.load(path)
     r = render.build(inv.scenario, inv, target="lab")
-    from launchers import preflight
+    from k3lab.preflight import checks as preflight
     assert preflight.errors(preflight.run(r.plan, r.files)) == []
 
 
 def test_every_scenario_has_an_example_lab_inventory():
-    from launchers import catalog
+    from k3lab.model import catalog
     assert {p.stem for p in FIXTURES.glob("*.yaml")} == set(catalog.SCENARIOS)
 
 

@@ -10,7 +10,10 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from launchers import cli, errors, inventory, render, safeyaml, siminventory
+from k3lab import errors
+from k3lab.cli import main as cli
+from k3lab.model import inventory, safeyaml, siminventory
+from k3lab.render import artefacts as render
 
 SID = "a5_pd"  # 950DT: ENGINE_ID and the printf-built --speculative-config are in its scripts
 

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launchers import inventory, labemu, preflight, render
+from k3lab.launchers import labemu
+from k3lab.model import inventory
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
 
 
 def _inv(scenario="a3_pd_1m", mode="mixed"):
-    from launchers import siminventory
+    from k3lab.model import siminventory
 
     n = len(siminventory.default(scenario).nodes)
     hosts = [labemu.Host(i) for i in range(n)]

@@ -7,8 +7,8 @@ import docker
 import paramiko
 import pytest
 
-from launchers import endpoints, labpreflight, lifecycle
-from launchers.plan import Container, Mount, NodePlan, PortUse
+from k3lab.launchers import endpoints, labpreflight, lifecycle
+from k3lab.model.plan import Container, Mount, NodePlan, PortUse
 
 
 def _node(endpoint="ssh://root@10.0.0.1", address="127.0.0.1"):
@@ -146,7 +146,7 @@ def test_gates_ignore_a_proxy_set_on_the_kit_host(monkeypatch):
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     try:
-        from launchers.plan import Gate
+        from k3lab.model.plan import Gate
 
         gate = Gate(kind="http", node="p0", target=f"http://127.0.0.1:{srv.server_port}/")
         assert lifecycle.gate_ok(None, gate)

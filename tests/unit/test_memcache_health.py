@@ -1,5 +1,5 @@
 """MetaService /health across versions: 1.1+ JSON, 1.0.x plain text (conformance/memcache.py)."""
-from conformance.memcache import health_ok
+from k3lab.conformance.memcache import health_ok
 
 JSON_130 = ('{"ha_state":"unknown","leader_address":"unknown","role":"unknown","service_ready":true,'
             '"status":"ok","view_version":0}')

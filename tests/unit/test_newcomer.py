@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launchers import catalog, cli, errors, inventory, preflight, render
+from k3lab import errors
+from k3lab.cli import main as cli
+from k3lab.model import catalog, inventory
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -28,7 +32,7 @@ def test_first_steps_run_as_written(tmp_path):
     commands = [shlex.split(ln) for ln in lines if ln.startswith("k3lab")]
     assert len(commands) >= 6
     for argv in commands:
-        res = subprocess.run([sys.executable, "-m", "launchers.cli", *argv[1:]], cwd=tmp_path, capture_output=True,
+        res = subprocess.run([sys.executable, "-m", "k3lab.cli.main", *argv[1:]], cwd=tmp_path, capture_output=True,
                              text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
                                                           "PYTHONPATH": str(ROOT)})
         assert res.returncode == 0, (argv, res.stderr)

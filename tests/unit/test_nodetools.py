@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import nodetools
-from launchers.endpoints import CommandResult
+from k3lab.conformance import nodetools
+from k3lab.launchers.endpoints import CommandResult
 
 
 class _Host:

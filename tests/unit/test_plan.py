@@ -1,6 +1,6 @@
 """The renderer's plans and the default sim inventories are valid, although built without validation.
 
-``launchers.plan._Model.make`` (the renderer's constructor) and ``siminventory.default`` skip pydantic
+``k3lab.model.plan._Model.make`` (the renderer's constructor) and ``siminventory.default`` skip pydantic
 validation so that the static commands build no validators (start-up time); these tests validate what
 they produce instead, and check that ``plan.jsonable`` writes exactly what pydantic's ``model_dump`` would.
 """
@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from launchers import catalog, render, siminventory
-from launchers.inventory import Inventory, Sim
-from launchers.plan import Gate, Plan, Stage
+from k3lab.model import catalog, siminventory
+from k3lab.model.inventory import Inventory, Sim
+from k3lab.model.plan import Gate, Plan, Stage
+from k3lab.render import artefacts as render
 
 CASES = [(sid, target, {}) for sid in catalog.SCENARIOS for target in ("sim", "lab")]
 CASES += [("a3_pd", "sim", {"draft": "/root/.cache/draft"}), ("k3_a3_mixed", "lab", {"parsers": "off"})]
@@ -47,7 +48,7 @@ def test_plain_defaults_are_immutable():
     # make() shares a plain default between instances, as model_construct does for immutable values
     from pydantic import BaseModel
 
-    import launchers.plan as plan_module
+    import k3lab.model.plan as plan_module
 
     models = [m for m in vars(plan_module).values() if isinstance(m, type) and issubclass(m, BaseModel)]
     for model in models:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from launchers import policy
-from launchers.policy import PolicyError, parse
+from k3lab.model import policy
+from k3lab.model.policy import PolicyError, parse
 
 
 def test_default_policy_loads_and_derives_from_must():
@@ -90,7 +90,7 @@ def test_schema_documents_fields():
 
 
 def test_policy_command_exit_codes(tmp_path, capsys):
-    from launchers.cli import main
+    from k3lab.cli.main import main
 
     assert main(["policy", "--check", str(policy.DEFAULT_PATH)]) == 0
     bad = tmp_path / "bad.yaml"

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from launchers import catalog, policy
+from k3lab.model import catalog, policy
 
 CONF = Path(__file__).resolve().parents[2] / "conformance"
 OPT_IN = {"perf", "accuracy"}  # opt-in modules (--perf / --accuracy): warn by default, a lab policy blocks
 
 
 def _checks() -> dict[str, tuple[str, str]]:
-    """conformance id -> (area, must), the way conformance.plugin.metadata derives them."""
+    """conformance id -> (area, must), the way k3lab.conformance.plugin.metadata derives them."""
     out = {}
     for path in sorted(CONF.glob("*.py")):
         mod = importlib.import_module(f"conformance.{path.stem}")

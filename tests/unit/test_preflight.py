@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from launchers import catalog, faults, preflight, render, siminventory
-from launchers.inventory import Inventory
+from k3lab.model import catalog, siminventory
+from k3lab.model.inventory import Inventory
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
+from k3lab.tools import faults
 
 
 def rendered(sid: str, **inv_update) -> render.Rendered:

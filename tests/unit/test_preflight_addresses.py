@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from launchers import cli, faults, preflight, siminventory
+from k3lab.cli import main as cli
+from k3lab.model import siminventory
+from k3lab.preflight import checks as preflight
+from k3lab.tools import faults
 
 
 def checks(sid: str, nodes: dict, target: str = "sim", options=None, **top) -> set[str]:
@@ -53,7 +56,8 @@ def test_option_that_changes_nothing_is_a_warning(sid, option, applies, capsys):
 
 
 def test_default_sim_inventories_have_no_findings_with_the_subnet():
-    from launchers import catalog, render
+    from k3lab.model import catalog
+    from k3lab.render import artefacts as render
 
     for sid in catalog.SCENARIOS:
         r = render.build(sid, siminventory.default(sid))

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import nodetools
-from conformance.test_npu import test_cross_node_reachability as reachability
-from launchers.endpoints import CommandResult
+from k3lab.conformance import nodetools
+from k3lab.conformance.test_npu import test_cross_node_reachability as reachability
+from k3lab.launchers.endpoints import CommandResult
 
 
 class _Host:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launchers import policy, release
-from launchers.cli import main
+from k3lab.cli.main import main
+from k3lab.model import policy
+from k3lab.tools import release
 
 RUN = Path(__file__).resolve().parents[2] / "fixtures" / "release" / "run-k3_a3_mixed"
 TOOL = "conformance/test_service.py::test_tool_call"

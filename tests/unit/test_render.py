@@ -12,10 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launchers import catalog, preflight, render, siminventory
-from launchers.inventory import Inventory
+from k3lab.launchers.sim import image
+from k3lab.model import catalog, siminventory
+from k3lab.model.inventory import Inventory
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
 
-SITE = Path(__file__).resolve().parents[2] / "launchers" / "sim" / "rootfs" / "opt" / "k3lab-sim" / "site"
 FAKE_VLLM = """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["K3_DUMP"], "a") as fh:
@@ -34,7 +36,7 @@ def run_engine(rendered: render.Rendered, node: str, tmp: Path) -> list[dict]:
     (bindir / "vllm").write_text(FAKE_VLLM)
     (bindir / "vllm").chmod(0o755)
     dump = work / "dump.jsonl"
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "K3_DUMP": str(dump), "PYTHONPATH": str(SITE),
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "K3_DUMP": str(dump), "PYTHONPATH": os.pathsep.join(image.host_pythonpath()),
            "http_proxy": "http://leak.invalid:3128", "HTTPS_PROXY": "http://leak.invalid:3128"}
     plan_node = rendered.plan.node(node)
     engines = [p for p in plan_node.all_processes() if p.kind == "engine"]

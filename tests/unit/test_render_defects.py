@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from launchers import render, siminventory
-from launchers.inventory import Inventory
+from k3lab.model import siminventory
+from k3lab.model.inventory import Inventory
+from k3lab.render import artefacts as render
 
 
 def _with_node(inv: Inventory, name: str, **update) -> Inventory:

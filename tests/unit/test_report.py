@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launchers import render, report, siminventory
+from k3lab.model import siminventory
+from k3lab.render import artefacts as render
+from k3lab.reports import report
 
 pytest_plugins = ["pytester"]
 
@@ -129,12 +131,12 @@ def test_junit_fallback(run_dir):
     (run_dir / "conformance-results.json").unlink()
     (run_dir / "junit.xml").write_text(
         '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
-        '<testcase classname="conformance.test_npu" name="test_npu_smi_devices_healthy[p0]" time="1.0">'
+        '<testcase classname="k3lab.conformance.test_npu" name="test_npu_smi_devices_healthy[p0]" time="1.0">'
         '<properties><property name="conformance.area" value="npu"/></properties></testcase>'
-        '<testcase classname="conformance.test_npu" name="test_npu_smi_devices_healthy[p1]" time="1.0">'
+        '<testcase classname="k3lab.conformance.test_npu" name="test_npu_smi_devices_healthy[p1]" time="1.0">'
         '<properties><property name="kind" value="environment"/><property name="remedy" value="reseat it"/>'
         '</properties><failure message="NPU health: expected OK">trace</failure></testcase>'
-        '<testcase classname="conformance.test_service" name="test_models" time="0.1">'
+        '<testcase classname="k3lab.conformance.test_service" name="test_models" time="0.1">'
         '<skipped message="not here"/></testcase></testsuite></testsuites>')
     run = report.load(run_dir)
     assert run.source == "junit.xml" and run.verdict == "FAIL"
@@ -199,7 +201,7 @@ def test_cli(run_dir, capsys):
 
 DEMO = '''
 import pytest
-from conformance.evidence import check, fail
+from k3lab.conformance.evidence import check, fail
 
 CONFORMANCE = {"area": "demo", "must": "Every node MUST answer 42"}
 
@@ -253,7 +255,7 @@ def test_link():
 def demo(pytester, monkeypatch):
     monkeypatch.setenv("K3LAB_RUN_DIR", str(pytester.path))
     monkeypatch.delenv("K3LAB_API_KEY", raising=False)
-    pytester.makeconftest('pytest_plugins = ["conformance.plugin"]\n')
+    pytester.makeconftest('pytest_plugins = ["k3lab.conformance.plugin"]\n')
     pytester.makepyfile(test_demo=DEMO, test_env=ENV_MODULE)
     return pytester
 
@@ -307,7 +309,7 @@ def test_plugin_results_feed_the_report(demo):
 
 def test_plugin_collects_perf_and_accuracy_modules(pytester):
     """perf.py / accuracy.py do not match python_files: the plugin collects them, skipped by default."""
-    result = pytester.runpytest(str(ROOT / "conformance"), "-p", "conformance.plugin", *QUIET,
+    result = pytester.runpytest(str(ROOT / "conformance"), "-p", "k3lab.conformance.plugin", *QUIET,
                                 f"--ignore-glob={ROOT / 'conformance' / 'test_*.py'}", "-q", "-rs")
     result.assert_outcomes(skipped=4)
     out = result.stdout.str()
@@ -316,7 +318,7 @@ def test_plugin_collects_perf_and_accuracy_modules(pytester):
 
 
 def test_evidence_message_kind_and_redaction(monkeypatch):
-    from conformance import evidence
+    from k3lab.conformance import evidence
 
     monkeypatch.setenv("K3LAB_API_KEY", "sk-in-a-header")
     with pytest.raises(AssertionError) as info:

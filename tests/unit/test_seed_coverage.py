@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launchers import render, siminventory
+from k3lab.model import siminventory
+from k3lab.render import artefacts as render
 
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 K3 = "000_d4c4fad20ac2ebd8.txt"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers import versions
+from k3lab.launchers import versions
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "versions"
 

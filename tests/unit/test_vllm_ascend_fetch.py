@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from launchers.sim import vllm_ascend
+from k3lab.launchers.sim import vllm_ascend
 
 
 def _sdist(path, version, files):

@@ -1,0 +1,1 @@
+"""The command line: argument parsing and one handler per subcommand, on top of every other layer."""

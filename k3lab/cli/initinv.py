@@ -1,0 +1,137 @@
+"""``k3lab init SCENARIO --out lab.yaml``: a commented lab inventory to fill in.
+
+Every key the scenario uses is written, with its meaning and default taken from the inventory
+model (the same text as ``k3lab schema``). Addresses are documentation placeholders
+(192.0.2.0/24): the file renders as is, and preflight warns (PF-ADDR-PLACEHOLDER) until each one is
+replaced with the lab's own.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import textwrap
+from pathlib import Path
+
+from k3lab.errors import InputError
+from k3lab.model import catalog, inventory, siminventory
+
+PLACEHOLDER_NET = "192.0.2"  # RFC 5737 TEST-NET-1: never a real lab's address
+WIDTH = 100
+
+
+def _comment(text: str, indent: str = "") -> list[str]:
+    return [f"{indent}# {line}" for line in textwrap.wrap(text, WIDTH - len(indent) - 2)]
+
+
+def _value(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    import json
+
+    text = str(v)
+    # quote only what YAML would otherwise read as something else
+    plain = text and text[0].isalnum() or text.startswith("/")
+    risky = any(c in text for c in ":#{}[],&*!|>'\"%@`") and not text.startswith("/")
+    return text if plain and not risky else json.dumps(text)
+
+
+def _field(model: type, name: str) -> str:
+    return model.model_fields[name].description or ""
+
+
+def render_text(sid: str) -> str:
+    sc = catalog.get(sid)
+    sim = siminventory.default(sid)
+    roles = dict(sc.roles)
+    if sc.pool != "none":
+        roles["metaservice"] = 1
+    out: list[str] = []
+    out += [f"# k3lab lab inventory for {sc.id}: {sc.title}",
+            f"# Guide: {sc.section} ({sc.seed.split(' (')[0]}); platform {sc.platform}, "
+            f"{sc.devices} NPUs per node.",
+            "# Nodes: " + ", ".join(f"{n} {r}" for r, n in roles.items()) + ".",
+            "#",
+            *_comment("Replace every 192.0.2.x address, NIC and endpoint with your lab's (preflight warns "
+                      "PF-ADDR-PLACEHOLDER until you do). Keys left as they are take the documented defaults; "
+                      "commented-out keys are optional. Then: k3lab preflight " + sid + " -i THIS_FILE, and "
+                      "k3lab cycle " + sid + " -i THIS_FILE. The JSON Schema is k3lab schema."),
+            ""]
+    out += _comment(_field(inventory.Inventory, "scenario"))
+    out += [f"scenario: {sid}", ""]
+    out += _comment(_field(inventory.Inventory, "image"))
+    out += [f"image: {_value(sc.image)}", ""]
+    out += _comment(_field(inventory.Inventory, "model_path"))
+    out += [f"model_path: {_value(sc.model_path)}", ""]
+    if sc.dspark != "never":
+        out += _comment(_field(inventory.Inventory, "draft_model_path"))
+        out += [f"# draft_model_path: {_value(sc.draft_default) if getattr(sc, 'draft_default', None) else '/path'}",
+                ""]
+    if sc.pd:
+        out += _comment(_field(inventory.Inventory, "proxy_node"))
+        out += ["# proxy_node: p0", ""]
+    if sc.pool != "none":
+        out += _comment(_field(inventory.Inventory, "metaservice_node") + " (this file gives the MetaService its "
+                        "own node, 'meta'; remove that node and set this key to run it on another node)")
+        out += ["# metaservice_node: p0", ""]
+    for section, model in (("ports", inventory.Ports), ("paths", inventory.Paths), ("lab", inventory.Lab)):
+        out += _comment(_field(inventory.Inventory, section))
+        out.append(f"{section}:")
+        defaults = getattr(sim, section)
+        for name in model.model_fields:
+            out += _comment(_field(model, name), "  ")
+            value = getattr(defaults, name)
+            out.append(f"  {'# ' if value is None else ''}{name}: {_value(value)}")
+        out.append("")
+    out += _comment("rank is role-local, from 0: the DP start rank (mixed, decode) or the PP node rank (prefill); "
+                    "the rank-0 node of each role is its head (DP address, PP master). nic is the interface that "
+                    "owns local_ip; endpoint is how the kit reaches the node's Docker engine.")
+    out.append("nodes:")
+    for i, node in enumerate(sim.nodes):
+        ip = f"{PLACEHOLDER_NET}.{11 + i}"
+        out += [f"  - name: {node.name}", f"    role: {node.role}", f"    rank: {node.rank}",
+                f"    local_ip: {ip}", "    nic: enp189s0f0", f"    endpoint: ssh://root@{ip}"]
+        if sc.platform == "950DT" and node.role in ("prefill", "decode"):
+            out.append(f"    # engine_id: {node.role}  # 950DT ENGINE_ID (default: prefill / decode<rank>)")
+        out.append("    # container_name: vllm-ascend  # distinct names when nodes share an endpoint")
+    return "\n".join(out) + "\n"
+
+
+def write(sid: str, out: str, force: bool = False) -> Path:
+    if str(out).strip() == "":
+        raise InputError("--out: empty path; give the inventory file to write")
+    path = Path(out)
+    real = path.resolve()
+    for bad in (Path("/proc"), Path("/sys"), Path("/dev")):
+        if real == bad or bad in real.parents:
+            raise InputError(f"--out {out}: refusing to write under {bad}")
+    if path.is_dir():
+        raise InputError(f"--out {out}: is a directory; give a file name such as lab.yaml")
+    if (path.exists() or path.is_symlink()) and not force:
+        raise InputError(f"--out {out}: exists; choose another name or add --force to overwrite it")
+    if not path.parent.is_dir():
+        raise InputError(f"--out {out}: directory {path.parent} does not exist")
+    text = render_text(sid)
+    inventory.parse(__import__("yaml").safe_load(text), "generated inventory")  # never write an invalid file
+    tmp = path.parent / f".{path.name}.k3lab-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)  # replaces a symlink itself, never its target
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+    return path
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from k3lab.model.select import scenario_id
+
+    path = write(scenario_id(args.scenario), args.out, force=args.force)
+    print(f"wrote {path}: an inventory for {args.scenario}; replace the 192.0.2.x placeholders, then "
+          f"k3lab preflight {args.scenario} -i {path}")
+    return 0

@@ -1,0 +1,438 @@
+"""k3lab: render, preflight and (with a target) bring the deployment guides' scenarios up and down.
+
+Commands that need no Docker engine: list, render, preflight, schema, init, faults --static-only,
+bench --no-live. Everything else talks to a Docker engine (sim) or to each node's endpoint (lab).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from k3lab import errors
+from k3lab.errors import UsageError
+from k3lab.model.select import _close, _kv, did_you_mean, load_inventory, scenario_id
+
+# Adding a subcommand: write one ``_add_<name>(sub)`` function that registers its subparser and sets
+# ``fn=lazy("<module>", "<function>")`` (the module is imported only when the command runs, so the
+# static commands start fast), then append it to COMMANDS at the bottom of this file.
+
+
+def lazy(module: str, func: str):
+    """A handler that imports ``launchers.<module>`` only when its command runs."""
+
+    def handler(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), func)(args)
+
+    handler.__name__ = f"{module}.{func}"
+    return handler
+
+
+# ------------------------------------------------------------------------------ shared helpers
+
+
+def build(args: argparse.Namespace, target: str | None = None):
+    from k3lab.render import artefacts as render
+
+    scenario_id(args.scenario)
+    inv, name = load_inventory(args.scenario, args.inventory)
+    tgt = target or getattr(args, "target", None) or ("lab" if args.inventory is not None else "sim")
+    return render.build(args.scenario, inv, _kv(args.option), tgt, inventory_name=name)
+
+
+# ------------------------------------------------------------------------------ static commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from k3lab.model import catalog
+
+    if args.quiet:
+        for sc in catalog.SCENARIOS.values():
+            print(sc.id)
+        return 0
+    print(f"{'id':22} {'platform':8} {'nodes':32} {'guide':9} {'section':22} title")
+    for sc in catalog.SCENARIOS.values():
+        roles = dict(sc.roles)
+        if sc.pool != "none":  # one MetaService host: its own node, or metaservice_node names another
+            roles["metaservice"] = 1
+        nodes = " ".join(f"{n}x{r}" for r, n in roles.items() if n)
+        guide = "K3.1 Pro" if "K3.1" in sc.section else "K3"
+        print(f"{sc.id:22} {sc.platform:8} {nodes:32} {guide:9} {sc.section:22} {sc.title}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from k3lab.render import artefacts as render
+
+    out = render.check_out(args.out, force=args.force)
+    rendered = build(args)
+    written = render.write(rendered, out, force=args.force)
+    print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes into {written}")
+    return 0
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    import json
+
+    from k3lab.preflight import checks as preflight
+
+    if args.list:
+        from k3lab.preflight import labchecks
+
+        for c in preflight.catalogue() + labchecks.catalogue():
+            print(f"{c['id']:16} {c['severity']:8} {c['must']}\n{'':25} remedy: {c['remedy']}")
+        return 0
+    if not args.scenario:
+        raise UsageError("preflight: give a SCENARIO or --list")
+    rendered = build(args)
+    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=rendered.sim_subnet)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        for f in findings:
+            where = f" [{', '.join(f.nodes)}]" if f.nodes else ""
+            print(f"{f.severity.upper():7} {f.check}{where}: {f.message}")
+        errs = len(preflight.errors(findings))
+        print(f"preflight {args.scenario}: {len(preflight.CHECKS)} checks, {errs} error(s), "
+              f"{len(findings) - errs} warning(s)")
+    return errors.CHECKS_FAILED if preflight.errors(findings) else errors.OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from k3lab.model import inventory
+
+    print(json.dumps(inventory.json_schema(), indent=2))
+    return 0
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    from k3lab.tools import faults
+
+    if args.list:
+        for f in faults.CATALOG.values():
+            print(f"{f.id:26} {f.kind:6} {f.scenario:22} {f.mode}")
+        return 0
+    for fid in args.id or []:
+        if fid not in faults.CATALOG:
+            raise UsageError(did_you_mean(fid, faults.CATALOG, "fault id") + "; see k3lab faults --list")
+    if args.static_only and args.id and all(faults.CATALOG[i].kind != "static" for i in args.id):
+        raise UsageError(f"--static-only with only live fault ids ({', '.join(args.id)}): nothing would run")
+    from pathlib import Path
+
+    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.json) if args.json else None)
+    faults.print_table(rows)
+    return errors.OK if all(r["verdict"] == "ok" for r in rows) else errors.CHECKS_FAILED
+
+
+# ------------------------------------------------------------------------------ parser
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with did-you-mean for misspelt subcommands and choices, and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        if "invalid choice:" in message:
+            word = message.split("invalid choice:", 1)[1].split("(")[0].strip().strip("'")
+            choices = [a.strip().strip("'") for a in message.split("(choose from", 1)[-1].rstrip(")").split(",")]
+            close = _close(word, choices, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _scenario_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("scenario", nargs=None if required else "?", metavar="SCENARIO",
+                   help="scenario id (k3lab list shows the twelve)")
+    p.add_argument("--inventory", "-i", metavar="FILE",
+                   help="lab inventory YAML (k3lab init writes one); without it the generated sim inventory")
+    from k3lab.model.catalog import OPTIONS
+
+    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="scenario option, repeatable; keys: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+
+
+def _pull_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pull", choices=["never", "missing", "always"], default="never",
+                   help="lab: image pull policy on each node (default never: the image must be there)")
+
+
+def _target_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=["sim", "lab"],
+                   help="sim: every node a container on the local engine; lab: each node's own endpoint "
+                        "(default: lab with --inventory, else sim)")
+
+
+def _add_list(sub) -> None:
+    p = sub.add_parser("list", help="list the scenarios: platform, nodes per role, guide and section")
+    p.add_argument("-q", "--quiet", action="store_true", help="print the ids only")
+    p.set_defaults(fn=cmd_list)
+
+
+def _add_render(sub) -> None:
+    p = sub.add_parser("render", help="write every per-node artefact and plan.json (no Docker)")
+    _scenario_args(p)
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory; must be absent or empty unless --force")
+    p.add_argument("--force", action="store_true", help="replace the contents of a non-empty --out")
+    _target_arg(p)
+    p.set_defaults(fn=cmd_render)
+
+
+def _add_preflight(sub) -> None:
+    p = sub.add_parser("preflight", help="static checks on the rendered plan (no Docker); exit 1 on errors")
+    _scenario_args(p, required=False)
+    p.add_argument("--list", action="store_true", help="list every check: ID, severity, MUST, remedy")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    _target_arg(p)
+    p.set_defaults(fn=cmd_preflight)
+
+
+def _add_schema(sub) -> None:
+    p = sub.add_parser("schema", help="print the inventory JSON Schema (no Docker)")
+    p.set_defaults(fn=cmd_schema)
+
+
+def _add_init(sub) -> None:
+    p = sub.add_parser("init", help="write a commented lab inventory for a scenario (no Docker)")
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario id (k3lab list)")
+    p.add_argument("--out", required=True, metavar="FILE", help="inventory file to write (refused if it exists)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.set_defaults(fn=lazy("k3lab.cli.initinv", "cmd_init"))
+
+
+def _add_faults(sub) -> None:
+    p = sub.add_parser("faults", help="run the fault matrix and print expected vs observed failing checks")
+    p.add_argument("--list", action="store_true", help="list the fault ids (static and live) and exit")
+    p.add_argument("--id", action="append", metavar="FAULT", help="only this fault id (repeatable; see --list)")
+    p.add_argument("--static-only", action="store_true", help="only the static rows (no Docker)")
+    p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    p.set_defaults(fn=cmd_faults)
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks as JSON (render+preflight CLI timings; live bring-up unless --no-live)")
+    p.add_argument("--out", default="build/bench.json", metavar="FILE", help="JSON output (default build/bench.json)")
+    p.add_argument("--scenario", action="append", metavar="SCENARIO",
+                   help="scenario for the live part (repeatable; default a3_pd_1m and k3_a3_pd)")
+    p.add_argument("--no-live", action="store_true", help="render and preflight only (no Docker)")
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_bench"))
+
+
+def _add_up(sub) -> None:
+    p = sub.add_parser("up", help="bring a scenario up (sim by default, lab with --inventory)")
+    _scenario_args(p)
+    _target_arg(p)
+    p.add_argument("--keep", action="store_true", help="leave the deployment up")
+    _pull_arg(p)
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_up"))
+
+
+def _add_cycle(sub) -> None:
+    p = sub.add_parser("cycle", help="up, run the conformance suite, down (pytest arguments after --)")
+    _scenario_args(p)
+    _target_arg(p)
+    p.add_argument("--keep", action="store_true", help="leave the deployment up after the suite")
+    p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS",
+                   help="time limit of the conformance suite (default 1800)")
+    p.add_argument("--inject", metavar="FAULT",
+                   help="sim only: inject a live fault of the catalog (k3lab faults --list), to prove a gate fails")
+    _pull_arg(p)
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_cycle"))
+
+
+def _add_check(sub) -> None:
+    p = sub.add_parser("check", help="attach: run the conformance suite against a deployment started by hand "
+                       "(no up, no down; pytest arguments after --)")
+    _scenario_args(p)
+    p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS",
+                   help="time limit of the conformance suite (default 1800)")
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_check"))
+
+
+def _add_labemu(sub) -> None:
+    p = sub.add_parser("labemu", help="emulated multi-host lab on this machine (namespaces, engines, sshd)")
+    p.add_argument("action", choices=["up", "down", "status"], help="up: create the hosts and write --out; "
+                   "down: remove them; status: list them")
+    p.add_argument("--nodes", type=int, help="number of hosts (default: the scenario's node count)")
+    p.add_argument("--scenario", default="a3_pd_1m", help="scenario whose node roles the inventory gets")
+    p.add_argument("--out", default="lab.yaml", help="lab inventory to write")
+    p.add_argument("--endpoints", choices=["mixed", "ssh", "tcp"], default="mixed",
+                   help="endpoint kinds in the inventory (mixed: every fourth host over tcp://)")
+    p.set_defaults(fn=lazy("k3lab.launchers.labemu", "cmd_labemu"))
+
+
+def _add_down(sub) -> None:
+    p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run id (k3lab status)")
+    p.add_argument("--all", action="store_true", help="every k3lab run on the local engine")
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_down"))
+
+
+def _add_status(sub) -> None:
+    p = sub.add_parser("status", help="containers of a run (or of all runs)")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run id (default: every run)")
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_status"))
+
+
+def _add_release(sub) -> None:
+    p = sub.add_parser("release", help="all scenarios: static stage, live cycles, one verdict, combined report")
+    p.add_argument("--scenario", "-s", action="append", metavar="SCENARIO", help="only these (default: all twelve)")
+    _target_arg(p)
+    p.add_argument("--inventory", "-i", action="append", default=[], metavar="SCENARIO=FILE",
+                   help="lab inventory per scenario (required for --target lab)")
+    p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default launchers/policies/default.yaml)")
+    p.add_argument("--jobs", "-j", type=int, default=2, metavar="N", help="cycles at a time (default 2)")
+    p.add_argument("--out", metavar="DIR", help="release directory (default releases/<timestamp>)")
+    p.add_argument("--static-only", action="store_true", help="render, preflight and golden only (no Docker)")
+    p.add_argument("--inject", action="append", default=[], metavar="SCENARIO=FAULT",
+                   help="sim only: run SCENARIO with a live fault of the catalog (proves the gate fails)")
+    p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS", help="per cycle")
+    p.set_defaults(fn=lazy("k3lab.tools.release", "cmd_release"))
+
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="regressions from A (last good) to B (candidate): releases or run directories")
+    p.add_argument("a", metavar="A", help="release directory (release.json) or run directory: the last good")
+    p.add_argument("b", metavar="B", help="release or run directory: the candidate")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="output (default text)")
+    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument("--policy", metavar="FILE", help="gate policy for run directories and thresholds (default policy)")
+    p.set_defaults(fn=lazy("k3lab.tools.compare", "cmd_compare"))
+
+
+def _add_baseline(sub) -> None:
+    p = sub.add_parser("baseline", help="perf baselines: record one from a run's vllm bench serve result")
+    p.add_argument("action", choices=["record"], help="record: write a baseline with its provenance")
+    p.add_argument("run", metavar="RUN", help="run directory with evidence/bench/perf-result.json (a --perf run)")
+    p.add_argument("--out", metavar="FILE", help="baseline file (default fixtures/baselines/<scenario>.json)")
+    p.add_argument("--threshold", type=float, default=None, help="threshold stored in the baseline (default 0.97)")
+    p.add_argument("--force", action="store_true", help="replace an existing baseline file")
+    p.set_defaults(fn=lazy("k3lab.tools.baseline", "cmd_baseline"))
+
+
+def _add_policy(sub) -> None:
+    p = sub.add_parser("policy", help="gate policy: validate a file (--check) or print its JSON Schema (--schema)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 with the field named if it is invalid")
+    g.add_argument("--schema", action="store_true", help="print the policy JSON Schema")
+    p.set_defaults(fn=lazy("k3lab.model.policy", "cmd_policy"))
+
+
+COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
+            _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
+            _add_policy]
+_BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, help="print the k3lab version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from k3lab import __version__
+
+        print(f"k3lab {__version__}")
+        parser.exit(0)
+
+
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI, or (``command``) the top level with only that subcommand's parser.
+
+    Building every subparser costs about 2% of a ``k3lab render`` process; a command's help, errors and
+    parsing need only its own parser (the top level has no option that takes a value).
+    """
+    ap = Parser(prog="k3lab", description=__doc__, epilog=errors.EXIT_CODES_HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action=_Version)
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
+    only = _BY_NAME.get(command or "")
+    for add in [only] if only else COMMANDS:
+        add(sub)
+    return ap
+
+
+def _suggest_options(ap: argparse.ArgumentParser, cmd: str | None, extras: list[str]) -> str:
+    sp = ap
+    for action in ap._actions:  # argparse keeps subparsers here; there is no public accessor
+        if isinstance(action, argparse._SubParsersAction) and cmd in action.choices:
+            sp = action.choices[cmd]
+    known = [s for a in sp._actions for s in a.option_strings]
+    word = extras[0]
+    if word.startswith("-"):
+        msg = did_you_mean(word.split("=", 1)[0], [k for k in known if k.startswith("--")], "option")
+        return f"{sp.prog}: {msg.split(' (known')[0]}; see {sp.prog} --help"
+    return f"{sp.prog}: unexpected argument(s) {' '.join(extras)!r}; see {sp.prog} --help"
+
+
+def _run(argv: list[str]) -> int:
+    # everything after the first "--" goes to pytest untouched (argparse cannot place it after options)
+    passthrough: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, passthrough = argv[:i], argv[i + 1:]
+    first = next((a for a in argv if not a.startswith("-")), None)
+    ap = parser(first)
+    if not argv:
+        ap.print_help()
+        return errors.OK
+    args, extras = ap.parse_known_args(argv)
+    if extras:
+        raise UsageError(_suggest_options(ap, args.cmd, extras))
+    if args.cmd is None:
+        ap.print_help()
+        return errors.OK
+    args.pytest_args = passthrough
+    return args.fn(args)
+
+
+def _say(exc: BaseException | str) -> None:
+    text = str(exc).strip() or type(exc).__name__
+    if not text.startswith("k3lab"):
+        text = "k3lab: " + text
+    print(text, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; every failure becomes a message and a documented exit code (see errors.py)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, so that a closed pipe is handled below
+        return code
+    except BrokenPipeError:  # before ConnectionError (environment): the reader stopped reading, nothing failed
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush must not fail again
+        return errors.PIPE_CLOSED
+    except errors.K3labError as exc:
+        _say(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("k3lab: interrupted", file=sys.stderr)
+        return errors.INTERRUPTED
+    except SystemExit as exc:  # argparse --help/--version, and handlers that exit with a message
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        _say(exc.code)
+        return errors.CHECKS_FAILED
+    except RecursionError as exc:  # before the generic handler: deep input that slipped past the caps
+        path = errors.write_crash_log(exc, argv)
+        print(f"k3lab: input nested too deeply (traceback in {path})", file=sys.stderr)
+        return errors.USAGE
+    except Exception as exc:  # noqa: BLE001 - the one place that turns a crash into exit code 4
+        if isinstance(getattr(exc, "exit_code", None), int):  # e.g. a failed registry download says 3 itself
+            _say(exc)
+            return exc.exit_code
+        if errors.is_environment_error(exc):
+            _say(f"environment error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return errors.ENVIRONMENT
+        path = errors.write_crash_log(exc, argv)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"k3lab: internal error: {type(exc).__name__}: {first} (traceback in {path}; please report it)",
+              file=sys.stderr)
+        return errors.INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Model: scenarios (catalog), inventories, the plan, deviations from the guides, the gate policy."""

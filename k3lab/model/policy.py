@@ -1,0 +1,293 @@
+"""Gate policy: which checks block a release, which only warn, and what a verdict means.
+
+A policy is a YAML file (``launchers/policies/default.yaml`` is the default; ``k3lab release
+--policy FILE`` takes another). Schema, version 1::
+
+    schema: 1
+    description: free text
+    defaults:                      # applies to every scenario
+      must: block                  # level of a check whose MUST statement says MUST
+      other: warn                  # level of any other check
+      areas: {perf: warn}          # level per conformance area (overrides must/other)
+      checks: {"security.*": warn} # level per check id glob (overrides areas); ids: conformance.id
+      not_applicable:              # skip messages (regex) that mean "does not apply here"
+        - {check: "*", reason: "^no proxy in this scenario$"}
+      static: block                # render, preflight and golden of the release's static stage
+      perf: {threshold: 0.97}     # numbers measured on the simulator never gate
+      accuracy: {tolerance: 1.0}
+      versions:                    # components read from the nodes (k3lab.launchers.versions)
+        - {component: vllm_ascend, expect: guide, level: block}
+      accepted_deviations:         # plan.json deviations (id glob) a release accepts
+        - {id: "sim-*", reason: "simulator-only substitution"}
+      unaccepted_deviation: block  # level of a deviation not listed above
+    scenarios:                     # per scenario id: the same keys, merged over defaults
+      a3_pd_pooled: {checks: {...}}
+
+Levels are ``block``, ``warn`` and ``ignore``. Maps merge key by key (scenario over defaults),
+lists are concatenated, scalars replace. A check's level is the first match of: ``checks``
+(longest glob first), ``areas``, then ``must``/``other`` from its conformance metadata.
+
+Verdicts: **FAIL** when a blocking item failed; **INCOMPLETE** when nothing failed but a blocking
+item could not be evaluated (skipped without a not-applicable reason, errored, environment
+failure, missing version, no results); **PASS** otherwise. Warnings never change a verdict. Every
+non-pass names its reasons.
+
+Loading is defensive: size cap, libyaml's safe loader, no anchors/aliases, no duplicate keys,
+strict pydantic models (unknown keys are errors); every error names the file and the field.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from k3lab import paths
+from k3lab.errors import InputError
+from k3lab.model import catalog
+
+MAX_BYTES = 256 * 1024
+MAX_DEPTH = 20
+DEFAULT_PATH = paths.POLICIES / "default.yaml"
+COMPONENTS = ("vllm", "vllm_ascend", "memcache_hybrid", "memfabric_hybrid", "cann", "driver", "npu_smi", "image")
+Level = Literal["block", "warn", "ignore"]
+
+
+class PolicyError(InputError, ValueError):
+    """A policy file that cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NotApplicable(_Strict):
+    check: str = Field("*", description="check id glob")
+    reason: str = Field(..., description="regex searched in the skip message")
+
+    @field_validator("reason")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return v
+
+
+class Perf(_Strict):
+    threshold: float | None = Field(None, gt=0, le=1, description="throughput >= t x baseline, latency <= baseline/t")
+
+
+class Accuracy(_Strict):
+    tolerance: float | None = Field(None, ge=0, le=100, description="points either side of the guide's figure")
+
+
+class VersionRule(_Strict):
+    component: Literal[COMPONENTS]  # type: ignore[valid-type]
+    expect: str = Field("guide", min_length=1, max_length=200,
+                        description="'guide' (the scenario's guide), or a version; 0.23.0 also matches 0.23.0.post1")
+    level: Level = "block"
+    reason: str = ""
+
+
+class AcceptedDeviation(_Strict):
+    id: str = Field(..., min_length=1, max_length=200, description="deviation id glob (plan.json deviations)")
+    reason: str = Field(..., min_length=1, description="why the release accepts it")
+
+
+class ScenarioPolicy(_Strict):
+    must: Level | None = None
+    other: Level | None = None
+    areas: dict[str, Level] = {}
+    checks: dict[str, Level] = {}
+    not_applicable: list[NotApplicable] = []
+    static: Level | None = None
+    perf: Perf = Perf()
+    accuracy: Accuracy = Accuracy()
+    versions: list[VersionRule] = []
+    accepted_deviations: list[AcceptedDeviation] = []
+    unaccepted_deviation: Level | None = None
+
+
+class Policy(_Strict):
+    schema_: Literal[1] = Field(1, alias="schema")
+    description: str = ""
+    defaults: ScenarioPolicy = ScenarioPolicy()
+    scenarios: dict[str, ScenarioPolicy] = {}
+
+    @field_validator("scenarios")
+    @classmethod
+    def _known(cls, v: dict[str, ScenarioPolicy]) -> dict[str, ScenarioPolicy]:
+        for sid in v:
+            if sid not in catalog.SCENARIOS:
+                close = difflib.get_close_matches(sid, catalog.SCENARIOS, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(catalog.SCENARIOS)}"
+                raise ValueError(f"unknown scenario {sid!r}{hint}")
+        return v
+
+    def for_scenario(self, sid: str) -> Effective:
+        return Effective.merge(sid, self.defaults, self.scenarios.get(sid))
+
+
+class Effective:
+    """The defaults merged with one scenario's section; answers 'what level has this item'."""
+
+    BUILTIN = {"must": "block", "other": "warn", "static": "block", "unaccepted_deviation": "block"}
+
+    def __init__(self, sid: str, data: dict[str, Any]):
+        self.scenario = sid
+        self.must: str = data["must"]
+        self.other: str = data["other"]
+        self.static: str = data["static"]
+        self.unaccepted_deviation: str = data["unaccepted_deviation"]
+        self.areas: dict[str, str] = data["areas"]
+        self.checks: dict[str, str] = data["checks"]
+        self.not_applicable: list[NotApplicable] = data["not_applicable"]
+        self.threshold: float = data["threshold"]
+        self.tolerance: float = data["tolerance"]
+        self.versions: list[VersionRule] = data["versions"]
+        self.accepted: list[AcceptedDeviation] = data["accepted_deviations"]
+
+    @classmethod
+    def merge(cls, sid: str, base: ScenarioPolicy, over: ScenarioPolicy | None) -> Effective:
+        layers = [base] + ([over] if over else [])
+        data: dict[str, Any] = dict(cls.BUILTIN, areas={}, checks={}, not_applicable=[], versions=[],
+                                    accepted_deviations=[], threshold=0.97, tolerance=1.0)
+        for layer in layers:
+            for key in ("must", "other", "static", "unaccepted_deviation"):
+                if getattr(layer, key) is not None:
+                    data[key] = getattr(layer, key)
+            data["areas"] = {**data["areas"], **layer.areas}
+            data["checks"] = {**data["checks"], **layer.checks}
+            for key in ("not_applicable", "versions", "accepted_deviations"):
+                data[key] = data[key] + list(getattr(layer, key))
+            if layer.perf.threshold is not None:
+                data["threshold"] = layer.perf.threshold
+            if layer.accuracy.tolerance is not None:
+                data["tolerance"] = layer.accuracy.tolerance
+        # a later version rule for the same component replaces the earlier one
+        data["versions"] = list({r.component: r for r in data["versions"]}.values())
+        return cls(sid, data)
+
+    def level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
+        """(level, why) for one conformance check."""
+        for pattern in sorted(self.checks, key=len, reverse=True):
+            if fnmatch.fnmatchcase(check_id, pattern):
+                return self.checks[pattern], f"policy checks[{pattern!r}]"
+        if area in self.areas:
+            return self.areas[area], f"policy areas[{area!r}]"
+        if "MUST" in must:
+            return self.must, "MUST statement"
+        return self.other, "no MUST statement"
+
+    def not_applicable_reason(self, check_id: str, message: str) -> str | None:
+        for na in self.not_applicable:
+            if fnmatch.fnmatchcase(check_id, na.check) and re.search(na.reason, message):
+                return na.reason
+        return None
+
+    def deviation_accepted(self, dev_id: str) -> str | None:
+        for acc in self.accepted:
+            if fnmatch.fnmatchcase(dev_id, acc.id):
+                return acc.reason
+        return None
+
+
+# --------------------------------------------------------------------------------------- loading
+
+
+class _NoDupLoader(yaml.CSafeLoader):
+    """libyaml's safe loader that refuses duplicate mapping keys (PyYAML keeps the last silently)."""
+
+
+def _mapping(loader: _NoDupLoader, node: yaml.MappingNode) -> dict:
+    out: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise yaml.constructor.ConstructorError(None, None, "mapping keys must be scalars", key_node.start_mark)
+        if key in out:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        out[key] = loader.construct_object(value_node, deep=True)
+    return out
+
+
+_NoDupLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _field(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse(text: str | bytes, source: str = "<policy>") -> Policy:
+    raw = text.encode() if isinstance(text, str) else text
+    if len(raw) > MAX_BYTES:
+        raise PolicyError(f"{source}: {len(raw)} bytes, over the {MAX_BYTES}-byte limit for a policy file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        depth = 0
+        for tok in yaml.scan(text, Loader=yaml.CSafeLoader):
+            if isinstance(tok, (yaml.AnchorToken, yaml.AliasToken)):
+                raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: YAML anchors and aliases are not "
+                                  "allowed in a policy (write the values out)")
+            if isinstance(tok, (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+                                yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: nested deeper than {MAX_DEPTH}")
+            elif isinstance(tok, (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)):
+                depth -= 1
+        doc = yaml.load(text, Loader=_NoDupLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise PolicyError(f"{source}: {where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{source}: a policy is a mapping (schema, defaults, scenarios), not {type(doc).__name__}")
+    try:
+        return Policy.model_validate(doc)
+    except ValidationError as exc:
+        lines = [f"{_field(e['loc'])}: {e['msg']}" + (f" (got {e['input']!r:.60})" if e["type"] != "missing" else "")
+                 for e in exc.errors()[:10]]
+        raise PolicyError(f"{source}: invalid policy:\n  " + "\n  ".join(lines)) from None
+
+
+def load(path: str | Path | None = None) -> Policy:
+    path = Path(path) if path else DEFAULT_PATH
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise PolicyError(f"{path}: {path.stat().st_size} bytes, over the {MAX_BYTES}-byte limit for a policy file")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read the policy: {exc.strerror or exc}") from None
+    return parse(raw, str(path))
+
+
+def schema() -> dict[str, Any]:
+    return Policy.model_json_schema(by_alias=True)
+
+
+def cmd_policy(args) -> int:
+    """``k3lab policy --check FILE`` / ``--schema``."""
+    import json
+
+    if args.schema:
+        print(json.dumps(schema(), indent=2))
+        return 0
+    pol = load(args.check)  # a PolicyError exits 2 with the file and field named
+    print(f"{args.check}: valid policy (schema {pol.schema_}, {len(pol.scenarios)} scenario section(s))")
+    return 0

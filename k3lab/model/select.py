@@ -1,0 +1,48 @@
+"""Values of command-line arguments, checked: KEY=VALUE options, scenario ids, inventories.
+
+Shared by the CLI and the command modules below it, which must not import the CLI (one-way layers).
+Kept light: the CLI imports it at start-up.
+"""
+from __future__ import annotations
+
+from k3lab.errors import UsageError
+
+
+def did_you_mean(word: str, choices, what: str) -> str:
+    choices = list(choices)
+    close = _close(word, choices, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    known = f" (known: {', '.join(choices)})" if len(choices) <= 16 else ""
+    return f"unknown {what} {word!r}{hint}{known}"
+
+
+def _kv(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--option takes KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+def scenario_id(value: str) -> str:
+    from k3lab.model import catalog
+
+    if value not in catalog.SCENARIOS:
+        raise UsageError(did_you_mean(value, catalog.SCENARIOS, "scenario") + "; see k3lab list")
+    return value
+
+
+def load_inventory(scenario: str, path: str | None):
+    from k3lab.model import inventory, siminventory
+
+    if path is not None:
+        return inventory.load(path), str(path)
+    return siminventory.default(scenario), siminventory.name()
+
+
+def _close(word, choices, n=1, cutoff=0.6):
+    import difflib  # only on the error path: keeps start-up small
+
+    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)

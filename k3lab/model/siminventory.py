@@ -1,0 +1,54 @@
+"""The default inventory: what the sim target runs when no inventory is given."""
+from __future__ import annotations
+
+import ipaddress
+import os
+
+from k3lab.model import catalog
+from k3lab.model.inventory import Inventory, Node, Sim
+
+
+def default(scenario_id: str, sim: Sim | None = None) -> Inventory:
+    """Nodes on the kit's private network, NIC eth0, the documented default ports.
+
+    Built without validation (``model_construct``: no validator is built for the static commands);
+    ``tests/unit/test_plan.py`` validates it for every scenario.
+    """
+    sc = catalog.get(scenario_id)
+    sim = sim or from_env()
+    net = ipaddress.ip_network(sim.subnet)
+    hosts = list(net.hosts())
+
+    def ip(offset: int) -> str:
+        return str(hosts[offset])
+
+    nodes: list[Node] = []
+    if sc.pd:
+        for i in range(sc.roles["prefill"]):
+            nodes.append(Node.model_construct(name=f"p{i}", role="prefill", rank=i, local_ip=ip(10 + i), nic="eth0"))
+        for i in range(sc.roles["decode"]):
+            nodes.append(Node.model_construct(name=f"d{i}", role="decode", rank=i, local_ip=ip(30 + i), nic="eth0"))
+    else:
+        for i in range(sc.roles["mixed"]):
+            nodes.append(Node.model_construct(name=f"node{i}", role="mixed", rank=i, local_ip=ip(10 + i), nic="eth0"))
+    if sc.pool != "none":
+        nodes.append(Node.model_construct(name="meta", role="metaservice", local_ip=ip(4), nic="eth0"))
+    return Inventory.model_construct(scenario=scenario_id, sim=sim, nodes=nodes)
+
+
+NAME = "default (sim)"
+# ``k3lab release`` runs two sim scenarios at once on one engine; each needs its own networks.
+SUBNET_ENV, DEVICE_SUBNET_ENV = "K3LAB_SIM_SUBNET", "K3LAB_SIM_DEVICE_SUBNET"
+
+
+def from_env() -> Sim:
+    """The default networks, or the ones $K3LAB_SIM_SUBNET / $K3LAB_SIM_DEVICE_SUBNET name."""
+    over = {k: v for k, v in (("subnet", os.environ.get(SUBNET_ENV)),
+                              ("device_subnet", os.environ.get(DEVICE_SUBNET_ENV))) if v}
+    return Sim(**over) if over else Sim.model_construct()  # only values from the environment need checking
+
+
+def name() -> str:
+    """``default (sim)``, or ``default (sim, subnet X)`` when the networks were moved (golden normalises)."""
+    sim, base = from_env(), Sim.model_construct()
+    return NAME if sim.subnet == base.subnet else f"{NAME[:-1]}, subnet {sim.subnet})"

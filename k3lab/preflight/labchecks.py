@@ -1,0 +1,43 @@
+"""The lab preflight's checks: ID, MUST statement and remedy (``k3lab preflight --list``).
+
+Kept apart from ``k3lab.launchers.labpreflight`` (which runs them and needs the Docker SDK and paramiko)
+so that listing the checks imports neither.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    id: str
+    must: str
+    remedy: str
+
+
+LIVE_CHECKS = [
+    LiveCheck("LPF-ENDPOINT", "Every node's Docker endpoint MUST answer, and an ssh:// endpoint's host key MUST "
+              "already be in the known_hosts file the kit uses (never accepted blindly).",
+              "start the Docker engine / sshd on the node; verify the host key fingerprint out of band and add it "
+              "to the inventory's lab.known_hosts (or ~/.ssh/known_hosts)."),
+    LiveCheck("LPF-IMAGE", "The planned image MUST be present on every node, or be pulled as --pull says "
+              "(never|missing|always); the Docker API never pulls on create.",
+              "docker pull (or docker load) the image on the node, or run with --pull missing."),
+    LiveCheck("LPF-MOUNT-SOURCE", "Every bind-mount source MUST exist on its node: the Docker API refuses a "
+              "missing source where docker run -v would silently create an empty directory.",
+              "create the path on the node (driver files, /etc/hccn.conf, the model directory) or fix the inventory."),
+    LiveCheck("LPF-NAME", "The container name MUST be free on each node or belong to this run; a container the "
+              "kit did not start is never touched.",
+              "remove or rename the other container yourself (docker rm NAME on that node), or set "
+              "container_name in the inventory."),
+    LiveCheck("LPF-PORTS", "The planned host ports MUST be free on each node (--net=host shares the host's ports).",
+              "stop what listens there, or choose other ports in the inventory's ports section."),
+    LiveCheck("LPF-PROXY", "The kit host's proxy variables MUST NOT apply to deployment addresses: gates, evidence, "
+              "checks and tcp:// Docker endpoints ignore them.",
+              "nothing to do when this passes; the kit never routes deployment traffic through a proxy."),
+]
+BY_ID = {c.id: c for c in LIVE_CHECKS}
+
+
+def catalogue() -> list[dict[str, str]]:
+    return [{"id": c.id, "severity": "error", "must": c.must, "remedy": c.remedy} for c in LIVE_CHECKS]

@@ -1,0 +1,616 @@
+"""Scenario + inventory -> per-node artefacts and the plan.
+
+``build(scenario_id, inventory, options, target)`` returns a :class:`Rendered`: the plan and the
+text of every artefact per node. ``write(rendered, out_dir)`` lays them out as
+``OUT/<node>/<artefact>`` plus ``OUT/plan.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pydantic_core
+
+from k3lab.errors import InputError
+from k3lab.model import catalog, deviations
+from k3lab.model.catalog import OPTIONS, Scenario
+from k3lab.model.inventory import PATH_RE, Inventory, InventoryError, Node
+from k3lab.model.plan import (
+    DP_RPC_PURPOSE,
+    ApiEndpoint,
+    Artefact,
+    Container,
+    Deviation,
+    Expect,
+    Gate,
+    MetaExpect,
+    Mount,
+    NodePlan,
+    Plan,
+    PortUse,
+    Process,
+    Stage,
+    jsonable,
+)
+from k3lab.model.plan import flag as _flag
+from k3lab.render import memcache, profiles
+from k3lab.render.scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export, runtime_env_effect
+from k3lab.render.shell import Line, Raw, Script, Source, Unset, w, words
+
+LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
+PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
+GIB = 1024 ** 3
+
+
+def _default_engine_id(node: Node) -> str:
+    """950DT ENGINE_ID: the guide asks for a unique id per engine. The P nodes form one PP engine
+    ('prefill'); every D node is its own engine ('decode0', 'decode1', ... by DP start rank)."""
+    return f"decode{node.rank}" if node.role == "decode" else node.role
+
+
+class RenderError(InputError, ValueError):
+    """The scenario and options cannot be rendered (exit code 2)."""
+
+
+@dataclass
+class Rendered:
+    plan: Plan
+    files: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> artefact name -> text
+    sim_subnet: str | None = None  # the inventory's sim.subnet, for preflight's address checks
+
+
+# ------------------------------------------------------------------------------ inventory shape
+
+
+def check_shape(sc: Scenario, inv: Inventory) -> None:
+    """The inventory must have the scenario's roles, node counts and ranks, else nothing renders."""
+    problems = []
+    if inv.scenario and inv.scenario != sc.id:
+        problems.append(f"scenario: inventory is for {inv.scenario!r}, not {sc.id!r}")
+    for role, count in sc.roles.items():
+        nodes = inv.by_role(role)  # type: ignore[arg-type]
+        if len(nodes) != count:
+            problems.append(f"nodes: {sc.id} needs {count} {role} node(s), inventory has {len(nodes)}")
+    for node in inv.nodes:
+        if node.role not in sc.roles and not (node.role == "metaservice" and sc.pool != "none"):
+            problems.append(f"nodes.{node.name}.role: {sc.id} has no {node.role} role")
+    metas = inv.by_role("metaservice")
+    if sc.pool != "none" and len(metas) > 1:
+        problems.append("nodes: at most one metaservice node")
+    for role in sc.roles:
+        ranks = [n.rank for n in inv.by_role(role)]  # type: ignore[arg-type]
+        if ranks and 0 not in ranks:
+            problems.append(f"nodes: no {role} node has rank 0 (ranks {sorted(ranks)}); rank is role-local and the "
+                            f"rank-0 node is the {role} head (DP address / PP master)")
+    if sc.pool != "none" and not metas and not inv.metaservice_node:
+        problems.append(f"metaservice_node: {sc.id} needs a MetaService host (a metaservice node or metaservice_node)")
+    if problems:
+        raise InventoryError("inventory does not fit the scenario\n" + "\n".join(problems))
+
+
+def _options(sc: Scenario, raw: dict[str, str]) -> dict[str, str]:
+    unknown = sorted(set(raw) - set(OPTIONS))
+    if unknown:
+        import difflib  # error path only
+
+        hints = [f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, OPTIONS, n=1)) else ""
+                 for k in unknown]
+        raise RenderError("unknown option(s) " + ", ".join(f"{k!r}{h}" for k, h in zip(unknown, hints)) +
+                          "; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+    opts = dict(raw)
+    if opts.get("parsers", "on") not in ("on", "off"):
+        raise RenderError("option parsers must be 'on' or 'off'")
+    if "draft" in opts and not re.fullmatch(PATH_RE, opts["draft"]):
+        raise RenderError(f"option draft {opts['draft']!r} must be an absolute path on one line without quotes, "
+                          f"backslashes or '%' (it reaches the --speculative-config JSON)")
+    if "draft" in opts and sc.dspark == "never":
+        raise RenderError(f"{sc.id} has no DSpark3 draft model")
+    return opts
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _container(sc: Scenario, inv: Inventory, node: Node, run_label: str | None) -> Container:
+    devs = [f"/dev/davinci{i}" for i in range(sc.devices)] + ["/dev/davinci_manager"]
+    if sc.platform == "950DT":
+        devs += ["/dev/hisi_hdc"]
+        mounts = [("/usr/local/dcmi", "/usr/local/dcmi"), ("/usr/local/Ascend/driver", "/usr/local/Ascend/driver"),
+                  ("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi")]
+    else:
+        devs += ["/dev/devmm_svm", "/dev/hisi_hdc"]
+        mounts = [("/usr/local/dcmi", "/usr/local/dcmi"),
+                  ("/usr/local/Ascend/driver/tools/hccn_tool", "/usr/local/Ascend/driver/tools/hccn_tool"),
+                  ("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi"),
+                  ("/usr/local/Ascend/driver/lib64/", "/usr/local/Ascend/driver/lib64/"),
+                  ("/usr/local/Ascend/driver/version.info", "/usr/local/Ascend/driver/version.info")]
+    mounts += [("/etc/ascend_install.info", "/etc/ascend_install.info"), ("/etc/hccn.conf", "/etc/hccn.conf"),
+               ("/root/.cache", "/root/.cache")]
+    return Container.make(
+        name=node.container_name or sc.container_name, image=inv.image or sc.image, shm_size="1g", privileged=True,
+        network_mode="host", devices=devs, mounts=[Mount.make(source=s, target=t) for s, t in mounts],
+        command=["sleep", "infinity"],
+        labels={"k3lab.scenario": sc.id, "k3lab.node": node.name, **({"k3lab.run": run_label} if run_label else {})},
+    )
+
+
+def docker_run_script(c: Container) -> str:
+    lines = [f"docker run -d --name {shlex.quote(c.name)}", f"--shm-size={c.shm_size}", f"--net={c.network_mode}",
+             f"--privileged={'true' if c.privileged else 'false'}"]
+    lines += [f"--device {d}" for d in c.devices]
+    lines += [f"-v {shlex.quote(m.source)}:{shlex.quote(m.target)}{':ro' if m.read_only else ''}" for m in c.mounts]
+    lines += [f"--label {shlex.quote(k + '=' + v)}" for k, v in sorted(c.labels.items()) if k != "k3lab.run"]
+    lines.append(f"{shlex.quote(c.image)} " + " ".join(shlex.quote(a) for a in c.command))
+    return "#!/usr/bin/env bash\nset -euo pipefail\n" + " \\\n    ".join(lines) + "\n"
+
+
+def _launcher_children(dp_size: int, tp: int, local: int, start: int, addr: str, rpc: str, port0: int) -> list[list[str]]:
+    """What the real launch_online_dp.py passes as $1..$7 (vllm-ascend-internals §1)."""
+    out = []
+    for i in range(local):
+        devices = ",".join(str(x) for x in range(i * tp, (i + 1) * tp))
+        out.append([devices, str(port0 + i), str(dp_size), str(start + i), addr, rpc, str(tp)])
+    return out
+
+
+def _kv_ports(argv: list[str], pp_rank: int, dp_rank: int) -> list[PortUse]:
+    """Mooncake handshake ports this node's workers bind (vllm-ascend-internals §3)."""
+    raw = _flag(argv, "--kv-transfer-config")
+    if not raw:
+        return []
+    cfg = json.loads(raw)
+    children = cfg.get("kv_connector_extra_config", {}).get("connectors") if cfg.get("kv_connector") == "MultiConnector" else [cfg]
+    out = []
+    for child in children or []:
+        if not child.get("kv_connector", "").startswith("MooncakeConnector") or "kv_port" not in child:
+            continue
+        kv = int(child["kv_port"])
+        tp = int(_flag(argv, "--tensor-parallel-size", "1"))
+        pp = int(_flag(argv, "--pipeline-parallel-size", "1"))
+        pcp = int(_flag(argv, "--prefill-context-parallel-size", "1"))
+        first = kv + dp_rank * tp * pp * pcp + (pp_rank * pcp) * tp
+        out.append(PortUse.make(port=first, last=first + pcp * tp - 1, purpose=f"mooncake handshake (kv_port {kv})"))
+    return out
+
+
+def _devices(env: dict[str, str]) -> list[int]:
+    raw = env.get("ASCEND_RT_VISIBLE_DEVICES", "")
+    return [int(x) for x in raw.split(",") if x.strip().isdigit()]
+
+
+# ----------------------------------------------------------------------------------- build
+
+
+def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = None, target: str = "sim",
+          inventory_name: str = "default", run_label: str | None = None) -> Rendered:
+    sc = catalog.get(scenario_id)
+    opts = _options(sc, options or {})
+    check_shape(sc, inv)
+    model = inv.model_path or sc.model_path
+    draft = opts.get("draft") or inv.draft_model_path
+    if sc.dspark == "always":
+        draft = draft or sc.draft_default
+    elif sc.dspark == "optional" and "draft" not in opts:
+        draft = None
+    parsers = opts.get("parsers", "on") == "on"
+    wd = inv.paths.workdir
+    logs = f"{wd}/logs"
+    meta_node = inv.by_role("metaservice")[0] if inv.by_role("metaservice") else (
+        inv.node(inv.metaservice_node) if inv.metaservice_node else None)
+    heads = {role: inv.by_role(role)[0] for role in sc.roles}  # type: ignore[arg-type]
+    proxy_node = inv.node(inv.proxy_node) if inv.proxy_node else heads.get("prefill")
+
+    rendered = Rendered(plan=None, sim_subnet=inv.sim.subnet)  # type: ignore[arg-type]
+    node_plans: list[NodePlan] = []
+    apis: list[ApiEndpoint] = []
+    dp_groups: dict[str, dict[int, str]] = {}
+    pp_groups: dict[str, dict[int, str]] = {}
+    headless: list[str] = []
+    mixed_ranks: dict[int, str] = {}
+
+    for node in inv.nodes:
+        files: dict[str, str] = {}
+        artefacts: list[Artefact] = []
+        procs: list[Process] = []
+        container = _container(sc, inv, node, run_label)
+        if target == "lab":  # the one listed place a lab run may differ from hardware (k3lab.render.profiles)
+            container = profiles.apply(inv.lab.profile, container)
+        files["docker_run.sh"] = docker_run_script(container)
+        artefacts.append(Artefact.make(name="docker_run.sh", path="(host)", mode=0o755))
+
+        def add(name: str, text: str, path: str, mode: int = 0o644) -> None:
+            files[name] = text  # noqa: B023 - called within this node's iteration only
+            artefacts.append(Artefact.make(name=name, path=path, mode=mode))  # noqa: B023
+
+        # --- MemCache: MetaService host and per-node pool files
+        if sc.pool != "none":
+            mfiles = memcache.files_for(sc, inv, node, meta_node)
+            for name, (text, path) in mfiles.items():
+                add(name, text, path, 0o755 if name.endswith(".sh") or name.endswith(".py") else 0o644)
+        if meta_node is not None and node.name == meta_node.name:
+            script = memcache.metaservice_script(sc, inv)
+            add("start_metaservice.sh", script.render(), f"{wd}/start_metaservice.sh", 0o755)
+            env, argv, scope = script.resolve({})
+            procs.append(Process.make(
+                id=f"{node.name}/metaservice", node=node.name, kind="metaservice", script=f"{wd}/start_metaservice.sh",
+                cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv,
+                log=f"{logs}/metaservice.log", api=f"http://{node.local_ip}:{inv.ports.meta_metrics}",
+                ports=[PortUse.make(port=inv.ports.meta_service, purpose="MetaService meta_service_url"),
+                       PortUse.make(port=inv.ports.config_store, purpose="MetaService config_store_url"),
+                       PortUse.make(port=inv.ports.meta_metrics, purpose="MetaService metrics_url")]))
+        if sc.pool == "providers" and node.role in ("prefill", "decode"):
+            script = memcache.provider_script(inv)
+            add("start_provider.sh", script.render(), f"{wd}/start_provider.sh", 0o755)
+            env, argv, scope = script.resolve({})
+            procs.append(Process.make(id=f"{node.name}/provider", node=node.name, kind="provider",
+                                      script=f"{wd}/start_provider.sh", cwd=inv.paths.memcache_config_dir, env=env,
+                                      sourced=scope.sourced, argv=argv, log=f"{logs}/provider.log"))
+
+        # --- engine
+        if node.role in sc.roles:
+            ctx = Ctx(sc=sc, inv=inv, node=node, model=model, draft=draft, head_ip=heads[node.role].local_ip,
+                      parsers=parsers, engine_id=node.engine_id or _default_engine_id(node))
+            engine = ENGINE_SCRIPTS[sc.family](ctx)
+            launcher_style = sc.family == "k3_pd" or (sc.pd and node.role == "decode")
+            engine_name = "run_dp_template.sh" if sc.pd else "start_engine.sh"
+            add(engine_name, engine.render(), f"{wd}/{engine_name}", 0o755)
+            launch = _launch_script(sc, inv, node, heads, launcher_style, engine_name)
+            add("launch.sh", launch.render(), f"{wd}/launch.sh", 0o755)
+            base_env, launch_argv, lscope = launch.resolve({})
+            if launcher_style:
+                largv = launch_argv
+                dp_size, tp = int(_flag(largv, "--dp-size")), int(_flag(largv, "--tp-size", "1"))
+                local = int(_flag(largv, "--dp-size-local", str(dp_size)))
+                start = int(_flag(largv, "--dp-rank-start", "0"))
+                children = []
+                for pos in _launcher_children(dp_size, tp, local, start, _flag(largv, "--dp-address"),
+                                              _flag(largv, "--dp-rpc-port", "12345"),
+                                              int(_flag(largv, "--vllm-start-port", "9000"))):
+                    env, argv, scope = engine.resolve(base_env, pos)
+                    rank = int(pos[3])
+                    ports = [PortUse.make(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
+                    if rank == 0 and dp_size > 1:
+                        ports.append(PortUse.make(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
+                    ports += _hccl_ports(env)
+                    api = f"http://{node.local_ip}:{pos[1]}"
+                    children.append(Process.make(
+                        id=f"{node.name}/engine{rank}", node=node.name, kind="engine", script=f"{wd}/{engine_name}",
+                        cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, positional=pos,
+                        ports=ports, api=api, dp_rank=rank, devices=_devices(env), log=f"{logs}/launcher.log"))
+                    apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=[rank]))
+                    dp_groups.setdefault(node.role, {})[rank] = node.name
+                procs.append(Process.make(id=f"{node.name}/launcher", node=node.name, kind="launcher",
+                                          script=f"{wd}/launch.sh", cwd=wd, env=base_env, argv=launch_argv,
+                                          sourced=lscope.sourced, log=f"{logs}/launcher.log", children=children))
+            else:
+                env, argv, scope = engine.resolve(base_env)
+                is_headless = "--headless" in argv
+                pp_rank = int(_flag(argv, "--node-rank", "0")) if _flag(argv, "--nnodes") else None
+                dp_rank = int(_flag(argv, "--data-parallel-start-rank", _flag(argv, "--data-parallel-rank", "0")))
+                ports: list[PortUse] = []
+                api = None
+                if not is_headless:
+                    api = f"http://{node.local_ip}:{_flag(argv, '--port', '8000')}"
+                    ports.append(PortUse.make(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
+                if pp_rank == 0 and _flag(argv, "--master-port"):
+                    ports.append(PortUse.make(port=int(_flag(argv, "--master-port")),
+                                              purpose="PP master (--master-port)"))
+                if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
+                    ports.append(PortUse.make(port=int(_flag(argv, "--data-parallel-rpc-port")),
+                                              purpose=DP_RPC_PURPOSE))
+                ports += _kv_ports(argv, pp_rank or 0, 0)
+                ports += _hccl_ports(env)
+                procs.append(Process.make(
+                    id=f"{node.name}/engine", node=node.name, kind="engine", script=f"{wd}/launch.sh", cwd=wd,
+                    env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, ports=ports, api=api,
+                    headless=is_headless, pp_rank=pp_rank, dp_rank=None if sc.pd else dp_rank, devices=_devices(env),
+                    log=f"{logs}/engine.log"))
+                if is_headless:
+                    headless.append(node.name)
+                if pp_rank is not None:
+                    pp_groups.setdefault(node.role, {})[pp_rank] = node.name
+                if sc.pd:
+                    dp_groups.setdefault(node.role, {})[0] = heads[node.role].name
+                else:
+                    mixed_ranks[dp_rank] = node.name
+                if api:
+                    ranks = list(range(int(_flag(argv, "--data-parallel-size", "1")))) if not sc.pd else [0]
+                    apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=ranks))
+
+        # --- proxy
+        if sc.pd and proxy_node is not None and node.name == proxy_node.name:
+            script = _proxy_script(sc, inv)
+            add("start_proxy.sh", script.render(), f"{wd}/start_proxy.sh", 0o755)
+            env, argv, scope = script.resolve({})
+            procs.append(Process.make(
+                id=f"{node.name}/proxy", node=node.name, kind="proxy", script=f"{wd}/start_proxy.sh",
+                cwd=wd, env=env, unset=sorted(scope.unset), argv=argv, log=f"{logs}/proxy.log",
+                api=f"http://{node.local_ip}:{inv.ports.proxy}",
+                ports=[PortUse.make(port=inv.ports.proxy, purpose="PD proxy (--port)")]))
+
+        node_plans.append(NodePlan.make(
+            name=node.name, role=node.role, rank=node.rank, address=node.local_ip, nic=node.nic, endpoint=node.endpoint,
+            platform=sc.platform, device_count=sc.devices, container=container, artefacts=artefacts, processes=procs))
+        rendered.files[node.name] = files
+
+    if mixed_ranks:
+        dp_groups["mixed"] = dict(sorted(mixed_ranks.items()))
+    proxy_url = f"http://{proxy_node.local_ip}:{inv.ports.proxy}" if sc.pd and proxy_node else None
+    meta = None
+    if meta_node is not None:
+        meta = MetaExpect.make(url=f"tcp://{meta_node.local_ip}:{inv.ports.meta_service}",
+                               metrics_url=f"http://{meta_node.local_ip}:{inv.ports.meta_metrics}")
+        if sc.pool == "providers":
+            sizes = [memcache.member_bytes(n) for n in inv.nodes if n.role in sc.roles]
+            meta = meta.model_copy(update=dict(segments=len(sizes), total_bytes=sum(sizes),
+                                               segment_bytes=sizes[0] if len(set(sizes)) == 1 else None))
+    expect = Expect.make(
+        served_name=sc.served_name, model_path=model, max_model_len=sc.max_model_len,
+        apis=apis, entrypoint=proxy_url or apis[0].url, proxy=proxy_url,
+        proxy_instances=_proxy_instances(apis) if proxy_url else {},
+        dp_groups={k: dict(sorted(v.items())) for k, v in dp_groups.items()},
+        pp_groups={k: dict(sorted(v.items())) for k, v in pp_groups.items()},
+        headless=headless, metaservice=meta,
+        ports={n.name: [p for proc in n.all_processes() for p in proc.ports] for n in node_plans},
+        language_model_only=sc.language_model_only,
+        parsers=sc.family not in ("k31_a5", "k3_pd") or parsers, kv_connector=sc.pd, external_pool=sc.pool != "none",
+        dp_routing=not sc.pd,
+    )
+    rendered.plan = Plan.make(
+        scenario=sc.id, title=sc.title, seed=sc.seed, section=sc.section, target=target, platform=sc.platform,
+        options=opts, inventory=inventory_name, nodes=node_plans, stages=_stages(sc, inv, node_plans, heads, proxy_node),
+        expect=expect, deviations=[Deviation.make(**d) for d in deviations.for_scenario(sc, opts, target)
+                                    + (profiles.deviations(inv.lab.profile) if target == "lab" else [])],
+    )
+    _check_port_ceiling(node_plans)
+    return rendered
+
+
+def _port_field(purpose: str, role: str) -> str:
+    """The inventory key a derived port comes from, for the error message."""
+    if "mooncake" in purpose:
+        return "ports.kv_prefill" if role == "prefill" else "ports.kv_decode"
+    if "DP RPC" in purpose or "LOOKUP" in purpose:
+        return "ports.prefill_dp_rpc" if role == "prefill" else "ports.dp_rpc"
+    if "master" in purpose:
+        return "ports.master"
+    return "ports.api"
+
+
+def _check_port_ceiling(node_plans: list[NodePlan]) -> None:
+    """Ports derived from an inventory base (per-rank API ports, Mooncake ranges) must stay within 65535."""
+    problems = []
+    for node in node_plans:
+        for proc in node.all_processes():
+            for use in proc.ports:
+                top = use.last if use.last is not None else use.port
+                if top > 65535:
+                    problems.append(f"{_port_field(use.purpose, node.role)} (node {node.name!r}): {use.purpose} "
+                                    f"reaches port {top}, beyond 65535; lower the base port")
+    if problems:
+        raise InventoryError("derived ports out of range\n" + "\n".join(dict.fromkeys(problems)))
+
+
+def _proxy_instances(apis: list[ApiEndpoint]) -> dict[str, int]:
+    """What the proxy's /healthcheck must count: one instance per Prefill and Decode engine API."""
+    return {"prefill": sum(a.role == "prefill" for a in apis), "decode": sum(a.role == "decode" for a in apis)}
+
+
+def _hccl_ports(env: dict[str, str]) -> list[PortUse]:
+    rng = env.get("HCCL_HOST_SOCKET_PORT_RANGE", "")
+    if rng and rng != "auto" and "-" in rng:
+        lo, hi = (int(x) for x in rng.split("-"))
+        return [PortUse.make(port=lo, last=hi, purpose="HCCL host socket range", listens=False)]
+    return []
+
+
+def _launch_script(sc: Scenario, inv: Inventory, node: Node, heads: dict[str, Node], launcher: bool,
+                   engine_name: str) -> Script:
+    """How the kit starts the engine: the guide's launcher command, or ``bash`` on the script."""
+    wd = inv.paths.workdir
+    st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Line(words("cd", wd))]
+    if sc.family == "k31_a5" and sc.params.get("pooled"):
+        # K3.1 Pro §5.3.6: MF runtime environment plus the node's client config in the launch shell.
+        st += [Source(w(f"{inv.paths.memcache_config_dir}/runtime_env.sh"), effect=runtime_env_effect),
+               export("MMC_LOCAL_CONFIG_PATH", f"{inv.paths.memcache_config_dir}/nodes/{node.name}/mmc-local.conf")]
+    elif deviations.needs_hash_seed(sc, node.role):
+        st.append(export("PYTHONHASHSEED", 0))
+    if launcher:
+        src = f"{inv.paths.vllm_ascend_source_dir}/{LAUNCHER}"
+        group_ip = heads[node.role].local_ip
+        rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
+        dp = sc.roles[node.role] if sc.family == "k3_pd" else 4
+        tp = sc.devices  # one DP rank per node uses every device
+        st.append(Line(words("cp", src, "./launch_online_dp.py")))
+        c = Cmd("python", "launch_online_dp.py")("--dp-size", dp)("--tp-size", tp)("--dp-size-local", 1)
+        c("--dp-rank-start", node.rank)("--dp-address", group_ip)("--dp-rpc-port", rpc)("--vllm-start-port", inv.ports.api)
+        st.append(c.done(exec_=True))
+    else:
+        st.append(Cmd("bash", f"./{engine_name}").done(exec_=True))
+    return Script(st)
+
+
+def _proxy_script(sc: Scenario, inv: Inventory) -> Script:
+    prefill = inv.by_role("prefill")
+    decode = inv.by_role("decode")
+    if sc.family == "k3_pd":
+        p_hosts, p_ports = [n.local_ip for n in prefill], [inv.ports.api] * len(prefill)
+    else:  # K3.1 Pro: register only P0 (§5.1.2)
+        p_hosts, p_ports = [prefill[0].local_ip], [inv.ports.api]
+    c = Cmd("python", f"{inv.paths.vllm_ascend_source_dir}/{PROXY}")("--host", "0.0.0.0")("--port", inv.ports.proxy)
+    c("--workers", 1)("--prefiller-hosts", *p_hosts)("--prefiller-ports", *p_ports)
+    c("--decoder-hosts", *[n.local_ip for n in decode])("--decoder-ports", *[inv.ports.api] * len(decode))
+    return Script([Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Unset(PROXY_VARS), c.done(exec_=True)])
+
+
+def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str, Node],
+            proxy_node: Node | None) -> list[Stage]:
+    """The documented start order (and its gates): MetaService, providers, heads, workers, proxy."""
+    by_kind = {k: [p for n in nodes for p in n.processes if p.kind == k] for k in
+               ("metaservice", "provider", "engine", "launcher", "proxy")}
+    starters = by_kind["engine"] + by_kind["launcher"]
+    head_names = {h.name for h in heads.values()}
+    long = 7200.0  # the guides allow hours for engine readiness on hardware; the sim target scales it
+    stages: list[Stage] = []
+    if by_kind["metaservice"]:
+        ms = by_kind["metaservice"][0]
+        host = ms.api.split("//")[1].split(":")[0]
+        stages.append(Stage.make(name="metaservice", processes=[ms.id], timeout_s=300, gates=[
+            Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.meta_service}", process=ms.id),
+            Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.config_store}", process=ms.id),
+            Gate.make(kind="http", node=ms.node, target=f"{ms.api}/health", process=ms.id)]))
+    if by_kind["provider"]:
+        ms = by_kind["metaservice"][0]
+        gates = [Gate.make(kind="log", node=p.node, target="Successfully initialized memcache.", process=p.id)
+                 for p in by_kind["provider"]]
+        gates.append(Gate.make(kind="metaservice_capacity", node=ms.node, target=f"{ms.api}/metrics", process=ms.id,
+                               expect=sum(memcache.member_bytes(inv.node(p.node)) for p in by_kind["provider"])))
+        stages.append(Stage.make(name="providers", processes=[p.id for p in by_kind["provider"]], gates=gates,
+                                 timeout_s=600))
+    head_procs = [p for p in starters if p.node in head_names]
+    head_gates = []
+    for p in head_procs:
+        node = next(n for n in nodes if n.name == p.node)
+        if node.role == "prefill" and sc.family != "k3_pd":
+            head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{inv.ports.master}",
+                                        process=p.id))
+        else:
+            rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
+            head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{rpc}", process=p.id))
+    stages.append(Stage.make(name="heads", processes=[p.id for p in head_procs], gates=head_gates, timeout_s=long))
+    workers = [p for p in starters if p.node not in head_names]
+    api_gates = []
+    for n in nodes:
+        for p in n.all_processes():
+            if p.kind == "engine" and p.api:
+                owner = p.id if p in starters else next(q.id for q in n.processes if p in q.children)
+                api_gates.append(Gate.make(kind="http", node=n.name, target=f"{p.api}/health", process=owner))
+                api_gates.append(Gate.make(kind="http", node=n.name, target=f"{p.api}/v1/models", process=owner))
+    stages.append(Stage.make(name="workers", processes=[p.id for p in workers], gates=api_gates, timeout_s=long))
+    if by_kind["proxy"]:
+        # only what every proxy release has: /healthcheck with its instance counts (/v1/models came after 0.23)
+        px = by_kind["proxy"][0]
+        apis = [ApiEndpoint.make(node=n.name, url=p.api, role=n.role, dp_ranks=[])
+                for n in nodes for p in n.all_processes() if p.kind == "engine" and p.api]
+        stages.append(Stage.make(name="proxy", processes=[px.id], timeout_s=120, gates=[
+            Gate.make(kind="proxy_instances", node=px.node, target=f"{px.api}/healthcheck", process=px.id,
+                      instances=_proxy_instances(apis))]))
+    return stages
+
+
+# ------------------------------------------------------------------------------------ output
+
+
+# Output must never land in kernel pseudo-filesystems, whatever symlinks or bind mounts say.
+_FORBIDDEN_OUT = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_out(out: str | Path, force: bool = False) -> Path:
+    """Validate ``--out`` before anything is rendered: absent, or an empty directory (any directory with force)."""
+    if str(out).strip() == "":
+        raise InputError("--out: empty path; give the directory to render into")
+    path = Path(out)
+    real = path.resolve()
+    for bad in _FORBIDDEN_OUT:
+        if real == bad or bad in real.parents:
+            raise InputError(f"--out {out}: refusing to write under {bad}")
+    if path.is_symlink():
+        raise InputError(f"--out {out}: is a symlink (to {os.readlink(path)}); give a real directory")
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"--out {out}: exists and is not a directory")
+        try:
+            non_empty = any(path.iterdir())
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot read the directory ({exc.strerror})") from None
+        if non_empty and not force:
+            raise InputError(f"--out {out}: directory is not empty; choose a new directory or add --force to replace "
+                             f"its contents")
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: {ancestor} is not a writable directory")
+    return path
+
+
+def _write_file(path: Path, text: str, mode: int) -> None:
+    # O_EXCL|O_NOFOLLOW: a fresh private directory holds no files, so nothing may be followed or reused
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, mode)  # the umask must not make scripts unexecutable
+
+
+def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
+    """Render into a fresh temporary directory next to ``out``, then move it into place.
+
+    ``out`` is left untouched unless everything was written; a non-empty ``out`` is refused unless
+    ``force`` (its old contents are removed after the new tree is in place). Nothing inside ``out``
+    is followed: the tree is built from scratch with O_NOFOLLOW files.
+    """
+    import shutil  # only render writes files: preflight's start-up stays small
+    import tempfile
+
+    out = check_out(out, force)
+    parent = out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.k3lab-", dir=parent))
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create {parent} ({exc.strerror})") from None
+    try:
+        if "plan.json" in rendered.files:
+            raise InputError("nodes.plan.json.name: 'plan.json' is reserved for the plan file")
+        for node, files in rendered.files.items():
+            (tmp / node).mkdir()
+            for name, text in files.items():
+                _write_file(tmp / node / name, text, 0o755 if name.endswith((".sh", ".py")) else 0o644)
+        _write_file(tmp / "plan.json", plan_json(rendered.plan), 0o644)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        old = None
+        if out.is_dir() and not out.is_symlink():
+            try:
+                os.rmdir(out)  # empty: the rename below replaces it
+            except OSError:  # not empty (force): move it aside, swap in the new tree, then delete it
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.k3lab-old-", dir=parent))
+                os.rename(out, old / "out")
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old)  # rmtree removes symlinks, it never follows them
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def plan_json(plan: Plan) -> str:
+    """The bytes ``json.dumps(jsonable(plan), indent=2)`` gives, from pydantic_core's JSON writer (a
+    tenth of the time). That writer leaves DEL and non-ASCII characters as they are; outside strings
+    it writes only ASCII and the indentation's newlines, so escaping the rest afterwards is exact."""
+    data = jsonable(plan)
+    try:
+        text = pydantic_core.to_json(data, indent=2).decode()
+    except pydantic_core.PydanticSerializationError:  # a lone surrogate (undecodable bytes in argv): not UTF-8
+        return json.dumps(data, indent=2) + "\n"
+    return _NOT_ASCII.sub(_json_escape, text) + "\n"
+
+
+_NOT_ASCII = re.compile(r"[^\n\x20-\x7e]")
+
+
+def _json_escape(m: re.Match) -> str:
+    c = ord(m.group())
+    if c > 0xFFFF:  # a UTF-16 surrogate pair, as json.dumps writes it
+        c -= 0x10000
+        return f"\\u{0xD800 | c >> 10:04x}\\u{0xDC00 | c & 0x3FF:04x}"
+    return f"\\u{c:04x}"

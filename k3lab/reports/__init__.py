@@ -1,0 +1,1 @@
+"""Reports: run reports, release verdicts under a gate policy, comparisons between runs."""

@@ -1,0 +1,197 @@
+"""Verdict of one scenario under a gate policy: PASS, FAIL or INCOMPLETE, with its reasons.
+
+Inputs are what a run leaves behind (``conformance-results.json`` / ``junit.xml`` via
+:mod:`k3lab.reports.report`, ``versions.json``, ``plan.json``'s deviations) plus, in a release, the
+static stage's rows. Every input becomes an :class:`Item` with a level from the policy and a
+status; the verdict is the worst status among blocking items (see :mod:`k3lab.model.policy`).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from k3lab.launchers import versions
+from k3lab.model.policy import Effective
+from k3lab.reports import report
+
+PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
+# item status, worst first; "na" = not applicable here, "warn" = a non-blocking problem
+ORDER = ("fail", "incomplete", "warn", "pass", "na", "ignored")
+EXIT = {PASS: 0, FAIL: 1, INCOMPLETE: 3}  # 3: could not be evaluated fully (environment, skips)
+
+
+@dataclass
+class Item:
+    key: str            # unique in the scenario: nodeid for checks, "<area>.<name>" otherwise
+    id: str             # policy id (conformance.id, static.preflight, versions.vllm_ascend, ...)
+    area: str
+    level: str          # block / warn / ignore
+    status: str         # one of ORDER
+    message: str = ""
+    node: str | None = None
+    why_level: str = ""
+    expected: str = ""
+    actual: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)  # perf.* / accuracy.* properties
+
+
+@dataclass
+class Verdict:
+    scenario: str
+    verdict: str
+    reasons: list[str]
+    items: list[Item]
+    run_dir: str | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "verdict": self.verdict, "reasons": self.reasons,
+                "run_dir": self.run_dir, "versions": self.versions, "items": [asdict(i) for i in self.items]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Verdict:
+        return cls(doc["scenario"], doc["verdict"], list(doc.get("reasons", [])),
+                   [Item(**i) for i in doc.get("items", [])], doc.get("run_dir"), doc.get("versions") or {})
+
+    def areas(self) -> dict[str, str]:
+        """area -> worst status of its items (the scenario x area matrix cell)."""
+        out: dict[str, str] = {}
+        for item in self.items:
+            cur = out.get(item.area)
+            if cur is None or ORDER.index(_effective(item)) < ORDER.index(cur):
+                out[item.area] = _effective(item)
+        return out
+
+
+def _effective(item: Item) -> str:
+    """A non-blocking problem is a warning; an ignored item is ignored."""
+    if item.level == "ignore":
+        return "ignored"
+    if item.level == "warn" and item.status in ("fail", "incomplete"):
+        return "warn"
+    return item.status
+
+
+# ------------------------------------------------------------------------------------ sources
+
+
+def check_items(eff: Effective, run: report.Run) -> list[Item]:
+    items = []
+    for t in run.tests:
+        props = t["properties"]
+        area = t["area"]
+        cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
+        level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
+        kind = props.get("kind", "product")
+        outcome, msg = t["outcome"], t["message"]
+        if outcome in ("passed", "xpassed"):
+            status = "pass"
+        elif outcome == "failed":
+            status = "incomplete" if kind == "environment" else "fail"
+            msg = f"{msg} [kind {kind}]" if kind != "product" else msg
+        elif outcome == "error":
+            status = "fail" if kind == "product" and props.get("what") else "incomplete"
+            msg = f"errored: {msg}"
+        else:  # skipped, xfailed
+            na = eff.not_applicable_reason(cid, msg)
+            status = "na" if na else "incomplete"
+            msg = f"skipped: {msg}" if na else f"skipped, not a listed not-applicable reason: {msg}"
+        metrics = {}
+        for k, v in props.items():
+            if k.startswith(("perf.", "accuracy.")):
+                try:
+                    metrics[k] = float(v)
+                except ValueError:
+                    pass
+        items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
+                          props.get("expected", ""), props.get("actual", ""), metrics))
+    return items
+
+
+def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[Item]:
+    summary = doc.get("summary") or {}
+    guide = versions.guide_of(scenario)
+    items = []
+    for rule in eff.versions:
+        expected = guide.get(rule.component) if rule.expect == "guide" else rule.expect
+        key = f"versions.{rule.component}"
+        actual = summary.get(rule.component)
+        if expected is None:
+            items.append(Item(key, key, "versions", rule.level, "na", f"the guide pins no {rule.component} version; "
+                              f"recorded {actual or 'nothing'}", actual=str(actual or "")))
+            continue
+        if not doc:
+            status, msg = "incomplete", "no versions.json: the nodes' versions were not read"
+        elif actual is None:
+            status, msg = "incomplete", f"{rule.component} not found on any node"
+        elif str(actual).startswith("mixed: "):
+            status, msg = "fail", f"{rule.component} differs between nodes: {actual[7:]}"
+        elif versions.matches(str(actual), expected):
+            status, msg = "pass", f"{rule.component} {actual}"
+        else:
+            status, msg = "fail", f"{rule.component} is {actual}, the policy expects {expected} ({rule.reason})"
+        items.append(Item(key, key, "versions", rule.level, status, msg, None, rule.reason or "policy versions",
+                          expected, str(actual or "")))
+    return items
+
+
+def deviation_items(eff: Effective, plan: dict[str, Any]) -> list[Item]:
+    items = []
+    for dev in plan.get("deviations") or []:
+        did = str(dev.get("id", "?"))
+        reason = eff.deviation_accepted(did)
+        key = f"deviations.{did}"
+        if reason:
+            items.append(Item(key, key, "deviations", eff.unaccepted_deviation, "pass", f"accepted: {reason}"))
+        else:
+            items.append(Item(key, key, "deviations", eff.unaccepted_deviation, "fail",
+                              f"deviation {did} is not accepted by the policy: {dev.get('what', '')}",
+                              why_level="policy unaccepted_deviation"))
+    return items
+
+
+def static_items(eff: Effective, rows: list[dict[str, Any]]) -> list[Item]:
+    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r.get("message", ""), why_level="policy static")
+            for r in rows]
+
+
+# ------------------------------------------------------------------------------------ verdict
+
+
+def decide(scenario: str, items: list[Item], run_dir: str | None = None, vers: dict | None = None) -> Verdict:
+    blocking = [i for i in items if i.level == "block"]
+    fails = [i for i in blocking if i.status == "fail"]
+    incomplete = [i for i in blocking if i.status == "incomplete"]
+    verdict = FAIL if fails else INCOMPLETE if incomplete else PASS
+    reasons = [f"{scenario}: {i.key}: {i.message}" for i in fails + incomplete]
+    return Verdict(scenario, verdict, reasons, items, run_dir, vers or {})
+
+
+def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | None = None,
+                 cycle_note: str = "") -> Verdict:
+    """One run directory (plus the release's static rows) under the scenario's effective policy."""
+    run = report.load(run_dir)
+    items = static_items(eff, static_rows or [])
+    if run.tests:
+        items += check_items(eff, run)
+    else:
+        status = run.state.get("status")
+        what = cycle_note or f"run status {status or 'unknown'}"
+        # a readiness gate that failed is the deployment failing, not a missing measurement
+        items.append(Item("live.results", "live.results", "live", "block",
+                          "fail" if status == "failed" else "incomplete",
+                          f"no conformance results: {what}"))
+    if run.tests and run.exitstatus not in (None, 0, 1):
+        items.append(Item("live.pytest", "live.pytest", "live", "block", "incomplete",
+                          f"the conformance suite stopped early (pytest exit {run.exitstatus})"))
+    vers = versions.load(run_dir)
+    if run.plan:
+        items += version_items(eff, eff.scenario, vers)
+        items += deviation_items(eff, run.plan)
+    return decide(eff.scenario, items, str(run_dir), vers.get("summary") or {})
+
+
+def overall(verdicts: list[Verdict]) -> str:
+    kinds = {v.verdict for v in verdicts}
+    return FAIL if FAIL in kinds else INCOMPLETE if INCOMPLETE in kinds or not verdicts else PASS

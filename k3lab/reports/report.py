@@ -1,0 +1,414 @@
+"""Acceptance reports for a run directory: ``summary.md`` and a self-contained ``report.html``.
+
+``write_reports(run_dir)`` reads ``plan.json``, ``run-state.json`` and ``conformance-results.json``
+(written by ``k3lab.conformance.plugin``; ``junit.xml`` is parsed when it is missing) and leaves
+``junit.xml`` untouched. Every value may come from an inventory, so all of it is escaped, and the
+value of ``$K3LAB_API_KEY`` is redacted wherever it appears.
+
+    python -m k3lab.reports.report RUN_DIR
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import platform
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from k3lab import __version__
+from k3lab.model import apikey
+from k3lab.reports.reportsvg import e, topology_svg
+
+SECRET_ENV = apikey.ENV
+REDACTED = apikey.REDACTED
+FAILED = ("failed", "error")
+NO_NODE = "deployment"  # matrix row for checks that are not about one node
+
+
+redact = apikey.redact
+
+
+def _scrub(value: Any) -> Any:
+    """Redact every string of a loaded JSON document before anything is formatted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): _scrub(v) for k, v in value.items()}
+    return value
+
+
+# ------------------------------------------------------------------------------------- loading
+
+
+@dataclass
+class Run:
+    dir: Path
+    plan: dict[str, Any]
+    state: dict[str, Any]
+    tests: list[dict[str, Any]]
+    source: str  # where the results came from
+    exitstatus: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def node_names(self) -> list[str]:
+        return [str(n.get("name")) for n in self.plan.get("nodes", [])]
+
+    def count(self, outcome: str) -> int:
+        return sum(t["outcome"] == outcome for t in self.tests)
+
+    @property
+    def verdict(self) -> str:
+        if any(t["outcome"] in FAILED for t in self.tests):
+            return "FAIL"
+        if not self.count("passed") or self.exitstatus not in (None, 0):
+            return "INCOMPLETE"  # nothing passed, or pytest stopped early (interrupt, usage error)
+        return "PASS"
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        doc = _scrub(json.loads(path.read_text()))
+    except (OSError, ValueError):  # missing or half-written: report what there is
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def load(run_dir: str | Path) -> Run:
+    run_dir = Path(run_dir)
+    plan, state = _json(run_dir / "plan.json"), _json(run_dir / "run-state.json")
+    results = _json(run_dir / "conformance-results.json")
+    if results.get("tests") is not None:
+        tests, source = results["tests"], "conformance-results.json"
+    elif (run_dir / "junit.xml").is_file():
+        try:
+            tests, source = _scrub(_from_junit(run_dir / "junit.xml")), "junit.xml"
+        except ET.ParseError:
+            tests, source = [], "junit.xml (unreadable)"
+    else:
+        tests, source = [], "none"
+    run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {})
+    run.tests = [_normalise(t, run.node_names) for t in tests]
+    return run
+
+
+def _from_junit(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        classname, name = case.get("classname", ""), case.get("name", "")
+        outcome, message = "passed", ""
+        for tag, out in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+            el = case.find(tag)
+            if el is not None:
+                outcome, message = out, el.get("message", "")
+                break
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        module = classname.rsplit(".", 1)[-1]
+        rows.append({"nodeid": f"{classname.replace('.', '/')}.py::{name}" if classname else name,
+                     "area": props.get("conformance.area") or module.removeprefix("test_") or "other",
+                     "node": props.get("conformance.node"), "outcome": outcome,
+                     "duration": float(case.get("time", 0) or 0), "properties": props, "message": message})
+    return rows
+
+
+def _normalise(t: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    nodeid = str(t.get("nodeid", "?"))
+    param = t.get("param") or (nodeid.rsplit("[", 1)[1][:-1] if nodeid.endswith("]") else None)
+    node = t.get("node")
+    if not node and param:  # e.g. [p0] or [p0:8000]
+        node = next((n for n in (param, param.split(":")[0]) if n in names), None)
+    props = t.get("properties") or {}
+    if isinstance(props, list):
+        props = {str(k): str(v) for k, v in props}
+    return {"nodeid": nodeid, "area": str(t.get("area") or props.get("conformance.area") or "other"),
+            "node": node, "outcome": str(t.get("outcome", "error")), "duration": float(t.get("duration") or 0),
+            "properties": props, "message": str(t.get("message") or "")}
+
+
+# ------------------------------------------------------------------------------------- tallies
+
+
+def _cells(run: Run) -> tuple[list[str], list[str], dict[tuple[str, str], dict[str, int]]]:
+    """(rows, areas, (row, area) -> outcome counts)."""
+    areas: list[str] = []
+    rows = list(run.node_names)
+    cells: dict[tuple[str, str], dict[str, int]] = {}
+    for t in run.tests:
+        row = t["node"] or NO_NODE
+        if t["area"] not in areas:
+            areas.append(t["area"])
+        if row not in rows:
+            rows.append(row)
+        counts = cells.setdefault((row, t["area"]), {})
+        counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
+    if NO_NODE in rows:  # deployment-wide checks last
+        rows.remove(NO_NODE)
+        rows.append(NO_NODE)
+    return rows, areas, cells
+
+
+def cell_class(counts: dict[str, int] | None) -> str:
+    if not counts:
+        return "none"
+    if any(counts.get(o) for o in FAILED):
+        return "fail"
+    if counts.get("passed") or counts.get("xpassed"):
+        return "pass"
+    return "skip"
+
+
+def _tally(counts: dict[str, int]) -> tuple[int, int, int]:
+    passed = counts.get("passed", 0) + counts.get("xpassed", 0)
+    failed = sum(counts.get(o, 0) for o in FAILED)
+    return passed, failed, sum(counts.values()) - passed - failed
+
+
+def _evidence_files(run: Run) -> dict[str, list[str]]:
+    """Group -> run-dir-relative paths: top-level files, then evidence/<node>/ and rendered/<node>/."""
+    out: dict[str, list[str]] = {}
+    top = [n for n in ("plan.json", "run-state.json", "junit.xml", "conformance-results.json")
+           if (run.dir / n).is_file()]
+    if top:
+        out["run"] = top
+    for sub in ("evidence", "rendered"):
+        base = run.dir / sub
+        if not base.is_dir():
+            continue
+        for path in sorted(p for p in base.rglob("*") if p.is_file()):
+            rel = path.relative_to(run.dir)
+            group = rel.parts[1] if len(rel.parts) > 2 else NO_NODE
+            out.setdefault(group, []).append(rel.as_posix())
+    return out
+
+
+def _versions(run: Run) -> dict[str, str]:
+    images = sorted({str(n.get("container", {}).get("image", "")) for n in run.plan.get("nodes", [])} - {""})
+    return {"k3lab": run.versions.get("k3lab", __version__), "image": ", ".join(images) or "?",
+            "python": run.versions.get("python", platform.python_version())}
+
+
+def _run_label(run: Run) -> str:
+    status = run.state.get("status")
+    return f"{run.state.get('run', run.dir.name)}, " + (f"status {status}" if status else "no run-state.json")
+
+
+def _failures(run: Run) -> list[dict[str, Any]]:
+    return [t for t in run.tests if t["outcome"] in FAILED]
+
+
+# ------------------------------------------------------------------------------------ markdown
+
+_MD = str.maketrans({c: "\\" + c for c in "\\`*[]|"})
+
+
+def md(value: object) -> str:
+    """Inline Markdown text: one line, HTML neutralised, emphasis/link/table syntax escaped."""
+    return html.escape(" ".join(str(value).split()), quote=False).translate(_MD)
+
+
+def _link(rel: str, text: str | None = None) -> str:
+    return f"[{md(text or rel)}]({quote(rel)})"
+
+
+def summary_md(run: Run) -> str:
+    p, v = run.plan, _versions(run)
+    counts = f"{run.count('passed')} passed, {run.count('failed')} failed, {run.count('error')} errors, " \
+             f"{run.count('skipped')} skipped" + (f", {run.count('xfailed')} xfailed" if run.count("xfailed") else "")
+    lines = [f"# k3lab acceptance: {md(p.get('scenario', '?'))}: {run.verdict}", "",
+             "| | |", "|---|---|",
+             f"| Scenario | {md(p.get('scenario', '?'))}: {md(p.get('title', ''))} |",
+             f"| Seed | {md(p.get('seed', '?'))}, {md(p.get('section', ''))} |",
+             f"| Target | {md(p.get('target', '?'))} (platform {md(p.get('platform', '?'))}) |",
+             f"| Inventory | {md(p.get('inventory', '?'))} |",
+             f"| Run | {md(_run_label(run))} |",
+             f"| Versions | k3lab {md(v['k3lab'])}; image {md(v['image'])}; Python {md(v['python'])} |",
+             f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
+    rows, areas, cells = _cells(run)
+    lines += ["## Results by area and node", "",
+              "| area | node | passed | failed | skipped |", "|---|---|---:|---:|---:|"]
+    for area in areas:
+        for row in rows:
+            if (row, area) in cells:
+                ok, bad, skip = _tally(cells[(row, area)])
+                mark = " ✗" if bad else ""
+                lines.append(f"| {md(area)} | {md(row)}{mark} | {ok} | {bad} | {skip} |")
+    lines += ["", "## Failures", ""]
+    fails = _failures(run)
+    if not fails:
+        lines.append("None.")
+    evidence = _evidence_files(run)
+    for t in fails:
+        props = t["properties"]
+        lines += [f"### {md(t['nodeid'])}", "",
+                  f"- kind: **{md(props.get('kind', 'product'))}**, outcome {md(t['outcome'])}"]
+        for key in ("what", "expected", "actual", "where", "cause", "remedy"):
+            if props.get(key):
+                lines.append(f"- {key}: {md(props[key])}")
+        if t["message"] and not props.get("what"):
+            lines.append(f"- message: {md(t['message'])}")
+        if t["node"] in evidence:
+            lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in evidence[t["node"]]))
+        lines.append("")
+    lines += ["## Deviations from the guides", ""]
+    devs = p.get("deviations") or []
+    lines += [f"- {md(d.get('id', '?'))} ({md(d.get('scope', '?'))}): {md(d.get('what', ''))}. "
+              f"Why: {md(d.get('why', ''))}" for d in devs] or ["None."]
+    lines += ["", "## Evidence", ""]
+    lines += [f"- {md(group)}: " + ", ".join(_link(r, Path(r).name) for r in files)
+              for group, files in evidence.items()]
+    lines += ["", f"Generated {_now()} by k3lab {md(__version__)}; report.html has the topology picture.", ""]
+    return redact("\n".join(lines))
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------- HTML
+
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1b1f24;max-width:1400px}
+h1{font-size:22px;margin:0 0 12px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d0d7de}
+table{border-collapse:collapse;margin:6px 0} th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;
+vertical-align:top} th{background:#f6f8fa} .verdict{padding:2px 10px;border-radius:4px;color:#fff}
+.verdict.PASS{background:#1a7f37} .verdict.FAIL{background:#cf222e} .verdict.INCOMPLETE{background:#9a6700}
+td.cell{text-align:center;min-width:70px} td.pass{background:#dafbe1} td.fail{background:#ffebe9;font-weight:600}
+td.skip{background:#fff8c5} td.none{background:#f6f8fa;color:#8c959f} .long{white-space:pre-wrap;max-width:420px;
+max-height:220px;overflow:auto;font:12px ui-monospace,monospace} .muted{color:#57606a}
+svg.topo{border:1px solid #d0d7de;border-radius:6px;background:#fff;max-width:100%;height:auto}
+svg text{font:12px system-ui,sans-serif;fill:#1b1f24} svg text.name{font-weight:600;font-size:13px}
+svg .sub{fill:#57606a;font-size:11px} svg text.hdr{font-weight:600;text-transform:uppercase;fill:#57606a}
+svg text.lbl{font-size:11px;fill:#57606a;paint-order:stroke;stroke:#fff;stroke-width:4px}
+svg rect.frame{fill:#f6f8fa;stroke:#d0d7de;stroke-dasharray:4 3}
+svg rect.box{fill:#fff;stroke:#8c959f;stroke-width:1.5} svg rect.box.pass{stroke:#1a7f37}
+svg rect.box.fail{stroke:#cf222e;stroke-width:3;fill:#fff5f5} svg rect.svc{fill:#ddf4ff;stroke:#0969da}
+svg text.st.fail{fill:#cf222e;font-weight:600} svg text.st.pass{fill:#1a7f37}
+svg .link{fill:none;stroke-width:1.5} svg .link.api{stroke:#0969da} svg .link.kv{stroke:#bc4c00;stroke-width:4}
+svg .link.pool{stroke:#8250df;stroke-dasharray:6 4} svg .head.api{fill:#0969da} svg .head.kv{fill:#bc4c00}
+svg .head.pool{fill:#8250df}
+"""
+
+
+def report_html(run: Run) -> str:
+    p, v = run.plan, _versions(run)
+    info = [("Scenario", f"{p.get('scenario', '?')}: {p.get('title', '')}"),
+            ("Seed", f"{p.get('seed', '?')}, {p.get('section', '')}"),
+            ("Target", f"{p.get('target', '?')} (platform {p.get('platform', '?')})"),
+            ("Inventory", p.get("inventory", "?")),
+            ("Run", _run_label(run)),
+            ("Versions", f"k3lab {v['k3lab']}; image {v['image']}; Python {v['python']}"),
+            ("Checks", f"{len(run.tests)}: {run.count('passed')} passed, {run.count('failed')} failed, "
+                       f"{run.count('error')} errors, {run.count('skipped')} skipped (from {run.source})")]
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>k3lab {e(p.get('scenario', '?'))}: {run.verdict}</title><style>{CSS}</style></head><body>",
+           f'<h1>k3lab acceptance: {e(p.get("scenario", "?"))} '
+           f'<span class="verdict {run.verdict}">{run.verdict}</span></h1>',
+           "<table>" + "".join(f"<tr><th>{e(k)}</th><td>{e(val)}</td></tr>" for k, val in info) + "</table>",
+           "<h2>Deployment</h2>", topology_svg(run.plan, run.tests), "<h2>Checks by node and area</h2>", _matrix(run),
+           "<h2>Failures</h2>", _failure_table(run), "<h2>Deviations from the guides</h2>", _deviations(run),
+           "<h2>Evidence</h2>", _evidence_html(run),
+           f'<p class="muted">Generated {e(_now())} by k3lab {e(__version__)}.</p></body></html>']
+    return _redact_html("\n".join(out))
+
+
+def _redact_html(text: str) -> str:
+    """Values were redacted on load; this also catches the escaped form of the secret."""
+    secret = apikey.get()
+    if not secret:
+        return text
+    return text.replace(secret, e(REDACTED)).replace(e(secret), e(REDACTED))
+
+
+def _matrix(run: Run) -> str:
+    rows, areas, cells = _cells(run)
+    if not areas:
+        return '<p class="muted">No check results.</p>'
+    head = "<tr><th>node</th>" + "".join(f"<th>{e(a)}</th>" for a in areas) + "</tr>"
+    body = []
+    for row in rows:
+        tds = []
+        for area in areas:
+            counts = cells.get((row, area))
+            cls = cell_class(counts)
+            if counts:
+                ok, bad, skip = _tally(counts)
+                text = f"{ok}/{ok + bad + skip}" + (f" ({bad} failed)" if bad else "")
+                title = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+            else:
+                text, title = "–", "no checks"
+            tds.append(f'<td class="cell {cls}" title="{e(title)}">{e(text)}</td>')
+        body.append(f"<tr><th>{e(row)}</th>{''.join(tds)}</tr>")
+    return f'<table class="matrix">{head}{"".join(body)}</table>'
+
+
+def _failure_table(run: Run) -> str:
+    fails = _failures(run)
+    if not fails:
+        return '<p class="muted">None.</p>'
+    cols = ("what", "expected", "actual", "where", "cause", "remedy")
+    head = "<tr><th>check</th><th>kind</th>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
+    rows = []
+    for t in fails:
+        props = t["properties"]
+        what = props.get("what") or t["message"]
+        vals = [what] + [props.get(c, "") for c in cols[1:]]
+        rows.append(f"<tr><td>{e(t['nodeid'])}<br><span class='muted'>{e(t['outcome'])}</span></td>"
+                    f"<td>{e(props.get('kind', 'product'))}</td>"
+                    + "".join(f'<td><div class="long">{e(val)}</div></td>' for val in vals) + "</tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _deviations(run: Run) -> str:
+    devs = run.plan.get("deviations") or []
+    if not devs:
+        return '<p class="muted">None.</p>'
+    rows = "".join(f"<tr><td>{e(d.get('id', '?'))}</td><td>{e(d.get('scope', '?'))}</td><td>{e(d.get('what', ''))}</td>"
+                   f"<td>{e(d.get('why', ''))}</td></tr>" for d in devs)
+    return f"<table><tr><th>id</th><th>scope</th><th>what</th><th>why</th></tr>{rows}</table>"
+
+
+def _evidence_html(run: Run) -> str:
+    items = []
+    for group, files in _evidence_files(run).items():
+        links = " · ".join(f'<a href="{e(quote(r))}">{e(Path(r).name)}</a>' for r in files)
+        items.append(f"<li><b>{e(group)}</b>: {links}</li>")
+    return f"<ul>{''.join(items)}</ul>" if items else '<p class="muted">No evidence files.</p>'
+
+
+# --------------------------------------------------------------------------------------- entry
+
+
+def write_reports(run_dir: str | Path) -> dict[str, Path]:
+    """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present)."""
+    run = load(run_dir)
+    out = {"summary": run.dir / "summary.md", "html": run.dir / "report.html"}
+    out["summary"].write_text(summary_md(run))
+    out["html"].write_text(report_html(run))
+    if (run.dir / "junit.xml").is_file():
+        out["junit"] = run.dir / "junit.xml"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m k3lab.reports.report RUN_DIR", file=sys.stderr)
+        return 2
+    if not Path(args[0]).is_dir():
+        print(f"{args[0]}: not a directory", file=sys.stderr)
+        return 2
+    for kind, path in write_reports(args[0]).items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Tools over whole scenarios: the fault matrix, benchmarks, perf baselines, the release matrix."""

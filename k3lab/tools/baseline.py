@@ -1,0 +1,94 @@
+"""``k3lab baseline record RUN``: a perf baseline from a ``--perf`` run, with its provenance.
+
+The baseline is what ``conformance/perf.py`` reads (``fixtures/baselines/<scenario>.json``): the
+workload the numbers were measured with, the gated metrics and the threshold, plus where they come
+from: the run, the component versions read from the nodes (``versions.json``), the hardware
+(driver and ``npu-smi`` versions, node count, platform), the date and the benchmark command.
+
+Numbers measured on the simulator are not comparable with a lab's and never gate, so a sim run is
+refused (exit 2).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shlex
+from pathlib import Path
+
+from k3lab import paths
+from k3lab.conformance import benchparse
+from k3lab.errors import UsageError
+from k3lab.launchers import versions
+from k3lab.reports import report
+
+# the metrics a baseline gates: throughput up, latency down (benchparse.gate_perf)
+GATED = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dict]:
+    """(scenario, baseline document) of a run directory; UsageError when it cannot be one."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a run directory")
+    run = report.load(run_dir)
+    sid = (run.plan or {}).get("scenario") or run.state.get("scenario")
+    if not sid:
+        raise UsageError(f"{run_dir}: no plan.json naming the scenario")
+    target = run.state.get("target") or (run.plan or {}).get("target")
+    if target == "sim":
+        raise UsageError(f"{run_dir}: a simulator run; its perf numbers are not comparable with a lab's and never "
+                         "gate, so they make no baseline (record from a lab run: k3lab cycle ID -i lab.yaml -- --perf)")
+    result_path = run_dir / "evidence" / "bench" / "perf-result.json"
+    if not result_path.is_file():
+        raise UsageError(f"{run_dir}: no evidence/bench/perf-result.json (run the cycle with -- --perf)")
+    try:
+        result = benchparse.parse_bench_result(result_path.read_text())
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"{result_path}: not a vllm bench serve result: {exc}") from None
+    metrics = {m: float(result[m]) for m in GATED if isinstance(result.get(m), (int, float))}
+    if not metrics:
+        raise UsageError(f"{result_path}: none of {', '.join(GATED)} in the result")
+    workload = {k: result[k] for k in ("num_prompts", "max_concurrency", "request_rate") if result.get(k) is not None}
+    argv = run_dir / "evidence" / "bench" / "perf-argv.txt"
+    command = None
+    if argv.is_file():
+        lines = [ln for ln in argv.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        command = lines[-1] if lines else None
+        words = shlex.split(command or "")
+        for flag in ("--random-input-len", "--random-output-len"):  # the lengths are not in the result file
+            if flag in words[:-1]:
+                workload[flag[2:].replace("-", "_")] = int(words[words.index(flag) + 1])
+    vers = versions.load(run_dir)
+    summary = vers.get("summary") or {}
+    doc = {
+        "source": f"k3lab baseline record {run_dir.name}",
+        "workload": workload,
+        "metrics": metrics,
+        "threshold": threshold if threshold is not None else benchparse.THRESHOLD,
+        "provenance": {
+            "run": run.state.get("run") or run_dir.name,
+            "scenario": sid,
+            "target": target,
+            "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "measured": result.get("date"),
+            "command": command,
+            "versions": summary,
+            "hardware": {"platform": (run.plan or {}).get("platform"), "nodes": len(run.node_names),
+                         "driver": summary.get("driver"), "npu_smi": summary.get("npu_smi")},
+        },
+    }
+    benchparse.parse_baseline(json.dumps(doc))  # what conformance/perf.py will read must parse
+    return sid, doc
+
+
+def cmd_baseline(args) -> int:
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise UsageError(f"--threshold must be in (0, 1], not {args.threshold}")
+    sid, doc = build(args.run, args.threshold)
+    out = Path(args.out) if args.out else paths.FIXTURES / "baselines" / f"{sid}.json"
+    if out.exists() and not args.force:
+        raise UsageError(f"{out} exists; pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"baseline for {sid}: {', '.join(f'{k}={v:g}' for k, v in doc['metrics'].items())} -> {out}")
+    return 0

@@ -1,0 +1,242 @@
+"""Benchmarks (never timed tests): render+preflight, bring-up per stage, conformance, teardown, memory.
+
+``k3lab bench --out build/bench.json [--scenario ID ...] [--no-live]`` writes one JSON document.
+The floor of a bring-up is one container start plus, per stage, the cost of starting one
+process and its load phase: the kit cannot be faster than that chain on this machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from k3lab.launchers import suite
+from k3lab.model import catalog, siminventory
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
+
+
+def render_preflight(repeat: int = 5) -> dict:
+    per: dict[str, list[float]] = {sid: [] for sid in catalog.SCENARIOS}
+    totals = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for sid in catalog.SCENARIOS:
+            t = time.perf_counter()
+            r = render.build(sid, siminventory.default(sid))
+            preflight.run(r.plan, r.files)
+            per[sid].append(time.perf_counter() - t)
+        totals.append(time.perf_counter() - t0)
+    return {"all_twelve_s_median": statistics.median(totals), "all_twelve_s_runs": totals,
+            "per_scenario_s_median": {k: statistics.median(v) for k, v in per.items()}}
+
+
+CLI_TARGET_S = 4.0  # issue #13: the 24 processes on this machine (2 cores), best round
+
+
+def cli_processes(repeat: int = 3) -> dict:
+    """``k3lab render`` and ``k3lab preflight`` for all twelve scenarios, each its own CLI process, in sequence.
+
+    What a user or a CI script pays: interpreter start, imports, rendering, checks. Wall time is
+    the sum over the 24 processes; CPU time (user+sys of the children) is less sensitive to other
+    load on the machine. Reported per round; the target is the best round under 4 s.
+    """
+    import resource
+    import shutil
+    import tempfile
+
+    cmd = [sys.executable, "-m", "k3lab.cli.main"]
+    # as on a user's machine: byte-code cached (this sandbox sets PYTHONDONTWRITEBYTECODE); one warm-up run
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(cmd + ["list"], env=env, capture_output=True, timeout=120)
+    rounds = []
+    for _ in range(repeat):
+        out = Path(tempfile.mkdtemp(prefix="k3lab-bench-"))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        per: dict[str, float] = {}
+        t0 = time.perf_counter()
+        try:
+            for sid in catalog.SCENARIOS:
+                for args in (["render", sid, "--out", str(out / sid)], ["preflight", sid]):
+                    t = time.perf_counter()
+                    res = subprocess.run(cmd + args, env=env, capture_output=True, timeout=120)
+                    per[f"{args[0]} {sid}"] = round(time.perf_counter() - t, 4)
+                    if res.returncode != 0:
+                        raise RuntimeError(f"k3lab {' '.join(args)} exited {res.returncode}: {res.stderr.decode()[-500:]}")
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        rounds.append({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_1m": os.getloadavg()[0],
+                       "per_process_s": per})
+    best = min(rounds, key=lambda r: r["wall_s"])
+    # the floor on this machine right now: the same number of interpreters that only import pydantic and yaml
+    t0 = time.perf_counter()
+    for _ in range(2 * len(catalog.SCENARIOS)):
+        subprocess.run([sys.executable, "-c", "import yaml; from pydantic import BaseModel"], env=env, timeout=60)
+    floor = time.perf_counter() - t0
+    return {"processes": 2 * len(catalog.SCENARIOS), "target_s": CLI_TARGET_S, "best_wall_s": best["wall_s"],
+            "meets_target": best["wall_s"] < CLI_TARGET_S,
+            "floor_import_pydantic_yaml_s": round(floor, 3),
+            "best_cpu_s": min(r["cpu_s"] for r in rounds), "median_wall_s": statistics.median(r["wall_s"] for r in rounds),
+            "load_average": os.getloadavg(), "rounds": rounds}
+
+
+def _peak_memory_mb(run) -> dict[str, float]:
+    out = {}
+    for node, container in run.backend.containers.items():
+        stats = container.stats(stream=False).get("memory_stats", {})
+        peak = stats.get("max_usage") or stats.get("usage") or 0
+        out[node] = round(peak / 2**20, 1)
+    return out
+
+
+def _engine_rss_mb(run) -> dict[str, float]:
+    """VmRSS of each node's `vllm serve` process (the engine stand-in on the sim)."""
+    script = ('for p in /proc/[0-9]*; do if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q " serve "; then '
+              'grep VmRSS $p/status; fi; done')
+    out = {}
+    for node in run.plan.nodes:
+        _, text = run.backend.exec(node.name, ["bash", "-c", script])
+        values = [int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS")]
+        if values:
+            out[node.name] = round(max(values) / 1024, 1)
+    return out
+
+
+def _process_start_s(run) -> float:
+    node = run.plan.nodes[0].name
+    t = time.perf_counter()
+    run.backend.exec(node, ["python3", "-c", "pass"])
+    return time.perf_counter() - t
+
+
+def _container_start_s() -> float:
+    import docker
+
+    from k3lab.launchers.sim import image
+
+    client = docker.from_env()
+    ref = image.ensure(client)
+    c = client.containers.create(ref, ["/usr/bin/true"], mounts=image.host_mounts(), labels={"k3lab.run": "bench"})
+    try:
+        t = time.perf_counter()
+        c.start()
+        c.wait(timeout=30)
+        return time.perf_counter() - t
+    finally:
+        c.remove(force=True)
+
+
+def live(scenario: str, conformance: bool = True) -> dict:
+    from k3lab.launchers import lifecycle
+
+    t0 = time.perf_counter()
+    run = lifecycle.up(scenario, None, {}, "sim")
+    result = {"timings": dict(run.timings)}
+    try:
+        result["peak_memory_mb"] = _peak_memory_mb(run)
+        result["engine_rss_mb"] = _engine_rss_mb(run)
+        load = float(os.environ.get("K3SIM_LOAD_SECONDS", "0.3"))
+        start = _container_start_s()
+        proc = _process_start_s(run)
+        floor = start + len(run.plan.stages) * (proc + load)
+        result["floor_s"] = {"value": round(floor, 2), "container_start_s": round(start, 2),
+                             "process_start_s": round(proc, 2), "load_s": load, "stages": len(run.plan.stages)}
+        result["up_over_floor"] = round(run.timings["up_s"] / floor, 2)
+        if conformance:
+            t = time.perf_counter()
+            cmd = suite.command(run.dir, "-q")
+            with tempfile.TemporaryDirectory() as trips:
+                proc_res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                                          env={**os.environ, "K3LAB_ROUND_TRIPS": trips})
+                result["exec_round_trips_per_node"] = round_trips(trips)
+            result["conformance_s"] = round(time.perf_counter() - t, 2)
+            result["conformance_summary"] = (proc_res.stdout.strip().splitlines() or [""])[-1]
+    finally:
+        lifecycle.down(run)
+        result["timings"]["teardown_s"] = run.timings.get("teardown_s")
+        result["cycle_s"] = round(time.perf_counter() - t0, 2)
+    return result
+
+
+def round_trips(directory: str) -> dict[str, int]:
+    """docker exec calls per node made by the suite (``k3lab.launchers.endpoints.NodeHost`` counts them)."""
+    counts: dict[str, int] = {}
+    for f in Path(directory).iterdir():
+        node = f.name.rsplit(".", 1)[0]
+        counts[node] = counts.get(node, 0) + len(f.read_text())
+    return dict(sorted(counts.items()))
+
+
+def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
+    """The emulated-lab cycle over ssh:// and tcp:// endpoints: wall time and round trips per node."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("nsenter"):
+        return {"skipped": "needs root and nsenter (k3lab labemu)"}
+    from k3lab.launchers import labemu
+
+    result: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        inv = Path(tmp) / "lab.yaml"
+        t = time.perf_counter()
+        try:
+            labemu.up(None, scenario, inv)
+            result["labemu_up_s"] = round(time.perf_counter() - t, 2)
+            trips = Path(tmp) / "trips"
+            trips.mkdir()
+            t = time.perf_counter()
+            res = subprocess.run([sys.executable, "-m", "k3lab.cli.main", "cycle", scenario, "-i", str(inv)],
+                                 capture_output=True, text=True, timeout=1800, cwd=tmp,
+                                 env={**os.environ, "K3LAB_ROUND_TRIPS": str(trips), "K3LAB_RUNS": str(Path(tmp) / "runs")})
+            result["cycle_s"] = round(time.perf_counter() - t, 2)
+            result["exit"] = res.returncode
+            result["conformance_summary"] = next((ln.strip("= ") for ln in reversed(res.stdout.splitlines())
+                                                  if " passed" in ln or " failed" in ln), "")
+            result["exec_round_trips_per_node"] = round_trips(str(trips))
+            result["exec_round_trips_max"] = max(result["exec_round_trips_per_node"].values(), default=0)
+            result["load_average"] = os.getloadavg()
+            for state in (Path(tmp) / "runs").glob("*/run-state.json"):  # where the cycle's time went
+                result["timings"] = {k: round(v, 2) for k, v in json.loads(state.read_text())["timings"].items()}
+            result["endpoints"] = sorted({n["endpoint"].split(":")[0] for n in
+                                          __import__("yaml").safe_load(inv.read_text())["nodes"]})
+            for line in res.stdout.splitlines():
+                if " is up in " in line:
+                    result["up_s"] = float(line.split(" is up in ")[1].split("s")[0])
+        finally:
+            labemu.down()
+    return result
+
+
+def main(out: str, scenarios: list[str], with_live: bool) -> int:
+    doc = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+           "targets": {"render_preflight_all_twelve_s": "well under 1",
+                       "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
+                       "k3_a3_pd_up_s": 30, "engine_rss_mb": 60},
+           "render_preflight": render_preflight(), "cli_render_preflight": cli_processes()}
+    if with_live:
+        doc["scenarios"] = {sid: live(sid) for sid in scenarios}
+        doc["targets"]["lab_a3_pd_1m_cycle_s"] = 60
+        doc["targets"]["exec_round_trips_per_node"] = 10
+        doc["lab_a3_pd_1m"] = lab_cycle("a3_pd_1m")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=2))
+    cli = doc["cli_render_preflight"]
+    print(json.dumps({"render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
+                      "cli_render_preflight_24_processes": {k: cli[k] for k in (
+                          "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
+                          "load_average")},
+                      **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
+                         for sid, r in doc.get("scenarios", {}).items()},
+                      "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
+                                       if k in ("cycle_s", "up_s", "exec_round_trips_max", "load_average",
+                                                "skipped")}}, indent=2))
+    return 0

@@ -1,0 +1,190 @@
+"""``k3lab compare A B``: what changed from A (the last good) to B (the candidate).
+
+A and B are each a release directory (``release.json``) or a single run directory
+(``conformance-results.json`` / ``junit.xml``; evaluated under ``--policy``). Per scenario present in
+either:
+
+* verdict change (PASS / FAIL / INCOMPLETE);
+* **new failures**: items failing or incomplete in B that passed, were not applicable or did not
+  exist in A; **fixed**: the reverse; blocking items failing in both are counted, not listed;
+* **expected values** that changed (the checks' ``expected`` property: a different plan or policy);
+* **versions** read from the nodes that changed;
+* **perf and accuracy deltas** of the metrics both sides recorded, with the policy's threshold or
+  tolerance; numbers measured on the simulator are labelled not comparable and never count as a
+  regression.
+
+Output as text, Markdown (for a CI comment) or JSON. Exit status 1 when B regressed against A
+(a new blocking failure, a worse verdict, or a comparable perf/accuracy number past its limit),
+0 otherwise; 2 when A or B cannot be read.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from k3lab.errors import UsageError
+from k3lab.model.policy import Policy
+from k3lab.model.policy import load as load_policy
+from k3lab.reports import gate, report
+from k3lab.tools import release
+
+BAD = ("fail", "incomplete")
+RANK = {gate.PASS: 0, gate.INCOMPLETE: 1, gate.FAIL: 2}
+
+
+def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
+    """{'label', 'target', 'scenarios': {sid: verdict json}} of a release or a run directory."""
+    p = Path(path)
+    if not p.is_dir():
+        raise UsageError(f"{path}: not a directory (give a release directory or a run directory)")
+    if (p / release.FILE).is_file():
+        try:
+            doc = release.load(p)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"{path}: unreadable {release.FILE}: {exc}") from None
+        return {"label": str(p), "kind": "release", "target": doc.get("target", "?"),
+                "scenarios": {v["scenario"]: v for v in doc.get("scenarios", [])}}
+    if not any((p / f).is_file() for f in ("conformance-results.json", "junit.xml", "run-state.json")):
+        raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)")
+    run = report.load(p)
+    sid = (run.plan or {}).get("scenario") or run.state.get("scenario")
+    if not sid:
+        raise UsageError(f"{path}: the run directory names no scenario (plan.json missing)")
+    v = gate.evaluate_run(policy.for_scenario(sid), p)
+    return {"label": str(p), "kind": "run", "target": run.state.get("target", "?"),
+            "scenarios": {sid: v.to_json()}}
+
+
+def _items(v: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {i["key"]: i for i in (v or {}).get("items", [])}
+
+
+def _metric_rule(metric: str, threshold: float, tolerance: float) -> tuple[str, Any]:
+    if metric.startswith("accuracy."):
+        return f"within +/- {tolerance:g} points", lambda a, b: abs(b - a) <= tolerance
+    name = metric.split(".", 1)[1]
+    if name.endswith("_ms"):
+        return f"<= A / {threshold:g}", lambda a, b: b <= a / threshold
+    return f">= {threshold:g} x A", lambda a, b: b >= threshold * a
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], policy: Policy) -> dict[str, Any]:
+    sim = "sim" in (a["target"], b["target"])
+    scenarios = []
+    for sid in sorted(set(a["scenarios"]) | set(b["scenarios"])):
+        va, vb = a["scenarios"].get(sid), b["scenarios"].get(sid)
+        ia, ib = _items(va), _items(vb)
+        row: dict[str, Any] = {"scenario": sid, "verdict_a": (va or {}).get("verdict"),
+                               "verdict_b": (vb or {}).get("verdict"), "new_failures": [], "fixed": [],
+                               "still_failing": 0, "expected_changed": [], "versions_changed": [], "metrics": [],
+                               "only_in_a": [], "only_in_b": []}
+        if va is None or vb is None:
+            row["note"] = f"only in {'B' if va is None else 'A'}"
+        for key in sorted(set(ia) | set(ib)):
+            x, y = ia.get(key), ib.get(key)
+            if va is not None and vb is not None:
+                if x is None and y is not None and y["status"] not in BAD:
+                    row["only_in_b"].append(key)
+                if y is None and x is not None:
+                    row["only_in_a"].append(key)
+            bad_a = x is not None and x["status"] in BAD
+            bad_b = y is not None and y["status"] in BAD
+            if va is None or vb is None:
+                continue  # a scenario on one side only: its verdict and the note say it
+            if bad_b and not bad_a:
+                row["new_failures"].append({"key": key, "id": y["id"], "level": y["level"], "status": y["status"],
+                                            "was": x["status"] if x else "absent", "message": y["message"]})
+            elif bad_a and not bad_b and y is not None:
+                row["fixed"].append({"key": key, "id": x["id"], "level": x["level"], "was": x["status"],
+                                     "now": y["status"]})
+            elif bad_a and bad_b and y["level"] == "block":
+                row["still_failing"] += 1
+            if x and y and x.get("expected") and y.get("expected") and x["expected"] != y["expected"]:
+                row["expected_changed"].append({"key": key, "a": x["expected"], "b": y["expected"]})
+            eff = policy.for_scenario(sid)
+            for metric in sorted(set((x or {}).get("metrics", {})) & set((y or {}).get("metrics", {}))):
+                ma, mb = float(x["metrics"][metric]), float(y["metrics"][metric])
+                rule, ok = _metric_rule(metric, eff.threshold, eff.tolerance)
+                row["metrics"].append({"key": key, "metric": metric, "a": ma, "b": mb, "delta": round(mb - ma, 4),
+                                       "relative": round((mb - ma) / ma, 4) if ma else None, "rule": rule,
+                                       "within": bool(ok(ma, mb)), "comparable": not sim})
+        vera, verb = (va or {}).get("versions") or {}, (vb or {}).get("versions") or {}
+        for comp in sorted(set(vera) | set(verb)):
+            if vera.get(comp) != verb.get(comp) and va is not None and vb is not None:
+                row["versions_changed"].append({"component": comp, "a": vera.get(comp), "b": verb.get(comp)})
+        worse = (row["verdict_a"] is not None and row["verdict_b"] is not None
+                 and RANK.get(row["verdict_b"], 1) > RANK.get(row["verdict_a"], 1))
+        dropped = va is not None and vb is None  # a scenario A gated that B did not: coverage lost
+        new_bad = va is None and row["verdict_b"] == gate.FAIL
+        row["regression"] = bool(worse or dropped or new_bad or any(f["level"] == "block" for f in row["new_failures"])
+                                 or any(m["comparable"] and not m["within"] for m in row["metrics"]))
+        scenarios.append(row)
+    return {"schema": 1, "kind": "k3lab-compare", "a": a["label"], "b": b["label"],
+            "target_a": a["target"], "target_b": b["target"], "perf_comparable": not sim,
+            "regression": any(r["regression"] for r in scenarios), "scenarios": scenarios}
+
+
+# ------------------------------------------------------------------------------------- output
+
+
+def _changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("new_failures", "fixed", "expected_changed", "versions_changed", "metrics")
+    return [r for r in rows if r["verdict_a"] != r["verdict_b"] or any(r[k] for k in keys) or r.get("note")]
+
+
+def text(doc: dict[str, Any]) -> str:
+    out = [f"compare A={doc['a']} B={doc['b']}: " + ("REGRESSION" if doc["regression"] else "no regression")]
+    changed = _changed(doc["scenarios"])
+    same = len(doc["scenarios"]) - len(changed)
+    for r in changed:
+        out.append(f"{r['scenario']}: {r['verdict_a'] or '-'} -> {r['verdict_b'] or '-'}" + (f" ({r['note']})" if r.get("note") else ""))
+        for f in r["new_failures"]:
+            out.append(f"  new {f['status']} [{f['level']}] {f['key']} (was {f['was']}): {f['message'][:300]}")
+        for f in r["fixed"]:
+            out.append(f"  fixed {f['key']} ({f['was']} -> {f['now']})")
+        for e in r["expected_changed"]:
+            out.append(f"  expected changed {e['key']}: {e['a']!r} -> {e['b']!r}")
+        for v in r["versions_changed"]:
+            out.append(f"  version {v['component']}: {v['a']} -> {v['b']}")
+        for m in r["metrics"]:
+            tag = "not comparable (simulator)" if not m["comparable"] else ("ok" if m["within"] else "PAST LIMIT")
+            out.append(f"  {m['metric']}: {m['a']:g} -> {m['b']:g} ({m['delta']:+g}; {m['rule']}) {tag}")
+        if r["still_failing"]:
+            out.append(f"  {r['still_failing']} blocking item(s) failing or incomplete in both")
+    out.append(f"{same} scenario(s) unchanged")
+    return "\n".join(out) + "\n"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    md = report.md
+    head = "**Regression**" if doc["regression"] else "No regression"
+    out = [f"### k3lab compare: {head}", "", f"A (last good): `{md(doc['a'])}`  ", f"B (candidate): `{md(doc['b'])}`", "",
+           "| scenario | A | B | new failures | fixed | versions changed |", "|---|---|---|---|---|---|"]
+    for r in doc["scenarios"]:
+        out.append(f"| {r['scenario']} | {r['verdict_a'] or '-'} | {r['verdict_b'] or '-'} | {len(r['new_failures'])} | "
+                   f"{len(r['fixed'])} | {len(r['versions_changed'])} |")
+    for r in _changed(doc["scenarios"]):
+        lines = [f"- new {f['status']} [{f['level']}] `{md(f['key'])}` (was {f['was']}): {md(f['message'][:300])}"
+                 for f in r["new_failures"]]
+        lines += [f"- fixed `{md(f['key'])}` ({f['was']} → {f['now']})" for f in r["fixed"]]
+        lines += [f"- expected `{md(e['key'])}`: {md(e['a'])} → {md(e['b'])}" for e in r["expected_changed"]]
+        lines += [f"- version {v['component']}: {md(v['a'])} → {md(v['b'])}" for v in r["versions_changed"]]
+        lines += [f"- {m['metric']}: {m['a']:g} → {m['b']:g} ({m['delta']:+g}; {m['rule']})"
+                  + (" not comparable (simulator)" if not m["comparable"] else "" if m["within"] else " **past limit**")
+                  for m in r["metrics"]]
+        if lines:
+            out += ["", f"**{r['scenario']}** ({r['verdict_a'] or '-'} → {r['verdict_b'] or '-'})", "", *lines]
+    return report.redact("\n".join(out) + "\n")
+
+
+def cmd_compare(args) -> int:
+    policy = load_policy(args.policy)
+    doc = compare(_side(args.a, policy), _side(args.b, policy), policy)
+    fmt = {"text": text, "markdown": markdown, "json": lambda d: json.dumps(d, indent=2) + "\n"}[args.format]
+    body = fmt(doc)
+    if args.out:
+        Path(args.out).write_text(body)
+    else:
+        print(body, end="")
+    return 1 if doc["regression"] else 0

@@ -1,0 +1,726 @@
+"""The fault catalog: every known failure mode, how it is injected, and which checks must fail.
+
+Static faults mutate an inventory, a plan or a rendered file and are caught by preflight.
+Live faults run on the simulator: injected at start (simulated hardware, container settings, a
+port held before the engines start) or into a running deployment (``k3sim-fault`` in a node,
+a stray process), then caught by a readiness gate or by the conformance suite. ``run_matrix``
+proves each one is caught by exactly its intended checks and prints the table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from k3lab import paths
+from k3lab.errors import ChecksFailed
+from k3lab.launchers import suite
+from k3lab.model import siminventory
+from k3lab.model.inventory import Inventory
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
+
+
+@dataclass(frozen=True)
+class Fault:
+    id: str
+    mode: str  # the failure mode, with the prior-art number where one exists
+    scenario: str
+    expect: frozenset[str]  # preflight check ids, "gate:<stage>", or conformance test ids
+    mutate: Callable[[], render.Rendered] | None = None  # static
+    at_start: dict = field(default_factory=dict)  # live, before the stages: {"hw": {node: faults}, ...}
+    running: list[tuple[str, list[str]]] = field(default_factory=list)  # live: (node, command) after up
+    message: str = ""  # text the gate failure must contain
+    # live, running: commands that undo the fault, so the next fault shares the bring-up
+    revert: list[tuple[str, list[str]]] = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # live, at start: the kit's environment for up and the suite
+
+    @property
+    def kind(self) -> str:
+        return "static" if self.mutate else "live"
+
+
+# ------------------------------------------------------------------------- static mutations
+
+
+def rendered(sid: str) -> render.Rendered:
+    return render.build(sid, siminventory.default(sid))
+
+
+def _proc(r: render.Rendered, pid: str):
+    return next(p for p in r.plan.processes() if p.id == pid)
+
+
+def _set_flag(argv: list[str], name: str, value: str | None) -> None:
+    i = argv.index(name)
+    if value is None:
+        del argv[i:i + 2]
+    else:
+        argv[i + 1] = value
+
+
+def _ranks(sid: str, ranks: dict[str, int]) -> render.Rendered:
+    inv = siminventory.default(sid).model_dump()
+    for node, rank in ranks.items():
+        next(n for n in inv["nodes"] if n["name"] == node)["rank"] = rank
+    return render.build(sid, Inventory.model_validate(inv))
+
+
+def _ports(sid: str, **update) -> render.Rendered:
+    inv = siminventory.default(sid)
+    return render.build(sid, inv.model_copy(update={"ports": inv.ports.model_copy(update=update)}))
+
+
+def _inv(sid: str, nodes: dict[str, dict], target: str = "sim", options: dict | None = None,
+         **top) -> render.Rendered:
+    inv = siminventory.default(sid).model_dump()
+    if target == "lab":  # the sim inventory's nodes share one endpoint: keep their containers apart
+        for n in inv["nodes"]:
+            n["container_name"] = f"vllm-{n['name']}"
+    for name, update in nodes.items():
+        next(n for n in inv["nodes"] if n["name"] == name).update(update)
+    inv.update(top)
+    return render.build(sid, Inventory.model_validate(inv), options, target)
+
+
+def m_addr_placeholder():
+    return _inv("a3_pd", {"d0": {"local_ip": "192.0.2.30"}}, target="lab")
+
+
+def m_addr_loopback():
+    return _inv("k3_a3_mixed", {"node1": {"local_ip": "127.0.0.2"}}, target="lab")
+
+
+def m_sim_subnet():
+    return _inv("k3_a3_mixed", {"node2": {"local_ip": "10.9.9.9"}})
+
+
+def m_container_shared():
+    same = {"endpoint": "ssh://root@10.0.0.1", "container_name": "vllm"}
+    return _inv("k3_a2_mixed", {"node0": same, "node1": same}, target="lab")
+
+
+def m_option_unused():
+    return _inv("a3_pd", {}, options={"parsers": "off"})
+
+
+def m_checkpoint():
+    return _inv("k3_a3_mixed", {}, model_path="/models/not-in-fixtures")
+
+
+def m_dp_ranks():
+    return _ranks("k3_a3_mixed", {"node2": 1})
+
+
+def m_pp_ranks():
+    return _ranks("a3_pd", {"p2": 1})
+
+
+def m_devices():
+    r = rendered("a3_pd")
+    _proc(r, "d0/engine0").devices = list(range(8))
+    return r
+
+
+def m_ports():
+    return _ports("a3_pd", proxy=8000)
+
+
+def m_kv_reserved():
+    return _ports("a3_pd", kv_prefill=30000)
+
+
+def m_kv_collide():
+    return _ports("k3_a3_pd", api=36005)
+
+
+def m_addresses():
+    r = rendered("a3_pd")
+    _proc(r, "d1/engine1").env["HCCL_IF_IP"] = "172.28.0.99"
+    return r
+
+
+def m_mmc_urls():
+    r = rendered("a3_pd_pooled")
+    r.files["p1"]["mmc-local.conf"] = r.files["p1"]["mmc-local.conf"].replace("172.28.0.5:5000", "172.28.0.6:5000")
+    return r
+
+
+def m_pd_sizes():
+    r = rendered("a3_pd")
+    argv = _proc(r, "d0/engine0").argv
+    kv = json.loads(preflight.flag(argv, "--kv-transfer-config"))
+    kv["kv_connector_extra_config"]["decode"]["tp_size"] = 8
+    _set_flag(argv, "--kv-transfer-config", json.dumps(kv))
+    return r
+
+
+def m_parsers():
+    r = rendered("a3_pd")
+    _set_flag(_proc(r, "p1/engine").argv, "--tool-call-parser", None)
+    return r
+
+
+def m_hashseed():
+    r = rendered("a3_pd")
+    _proc(r, "d2/engine2").env.pop("PYTHONHASHSEED")
+    return r
+
+
+def m_pp_partition():
+    r = rendered("a3_pd")
+    _proc(r, "p1/engine").env["VLLM_PP_LAYER_PARTITION"] = "25,25,24"
+    return r
+
+
+def m_dspark():
+    r = rendered("a3_pd_pooled")
+    argv = _proc(r, "d0/engine0").argv
+    spec = json.loads(preflight.flag(argv, "--speculative-config"))
+    spec["draft_tensor_parallel_size"] = 4
+    _set_flag(argv, "--speculative-config", json.dumps(spec))
+    return r
+
+
+def m_mmc_pool():
+    r = rendered("a3_pd_pooled")
+    r.files["d3"]["mmc-local.conf"] = r.files["d3"]["mmc-local.conf"].replace("dram.size = 0GB", "dram.size = 1GB")
+    return r
+
+
+def m_one_m():
+    r = rendered("k3_a3_mixed")
+    r.plan.expect.max_model_len = 1048576
+    for p in r.plan.processes():
+        if p.kind == "engine":
+            _set_flag(p.argv, "--max-model-len", "1048576")
+    return r
+
+
+def m_max_len():
+    r = rendered("a3_pd_1m")
+    _set_flag(_proc(r, "d1/engine1").argv, "--max-model-len", "204800")
+    return r
+
+
+def m_proxy_vars():
+    r = rendered("a3_pd")
+    _proc(r, "p0/engine").unset.remove("http_proxy")
+    return r
+
+
+def m_model():
+    r = rendered("a3_pd")
+    _set_flag(_proc(r, "d3/engine3").argv, "--served-model-name", "kimi-k3")
+    return r
+
+
+def m_shm():
+    r = rendered("a3_pd")
+    r.plan.node("d1").container.shm_size = "64m"
+    return r
+
+
+def m_driver_mount():
+    r = rendered("k3_a3_mixed")
+    c = r.plan.node("node1").container
+    c.mounts = [m for m in c.mounts if "hccn_tool" not in m.target]
+    return r
+
+
+def m_launcher():
+    r = rendered("k3_a3_pd")
+    _proc(r, "d0/launcher").argv.extend(["--pp-size", "1"])
+    return r
+
+
+def m_wrong_nic():
+    r = rendered("k3_a2_mixed")
+    _proc(r, "node3/engine").env["GLOO_SOCKET_IFNAME"] = "ib0"
+    return r
+
+
+S = frozenset
+STATIC = [
+    Fault("S-DP-RANK-DUP", "F4 duplicate DP rank", "k3_a3_mixed", S({"PF-DP-RANKS"}), m_dp_ranks),
+    Fault("S-PP-RANK-DUP", "F4 duplicate PP node rank", "a3_pd", S({"PF-PP-RANKS"}), m_pp_ranks),
+    Fault("S-DEVICES", "visible devices != TP x PCP", "a3_pd", S({"PF-DEVICES"}), m_devices),
+    Fault("S-PORT-PROXY-API", "F2 proxy port on the P0 API port", "a3_pd", S({"PF-PORTS"}), m_ports),
+    Fault("S-KV-RESERVED", "F1 kv_port inside the Mooncake range", "a3_pd", S({"PF-KV-RESERVED"}), m_kv_reserved),
+    Fault("S-KV-COLLIDE", "F1/F2 engine API port inside its own KV range", "k3_a3_pd", S({"PF-PORTS"}),
+          m_kv_collide),
+    Fault("S-HCCL-IF-IP", "F6 HCCL_IF_IP of another node", "a3_pd", S({"PF-ADDRESSES"}), m_addresses),
+    Fault("S-WRONG-NIC", "F6 socket interface not the node's NIC", "k3_a2_mixed", S({"PF-ADDRESSES"}), m_wrong_nic),
+    Fault("S-MMC-URL", "F10 client config names another MetaService", "a3_pd_pooled", S({"PF-MMC-URLS"}), m_mmc_urls),
+    Fault("S-PD-SIZES", "F9 connector sizes disagree with the engines", "a3_pd", S({"PF-PD-SIZES"}), m_pd_sizes),
+    Fault("S-PARSERS", "F12 parser flags differ between engines", "a3_pd", S({"PF-PARSERS"}), m_parsers),
+    Fault("S-HASHSEED", "F11 PYTHONHASHSEED missing on one engine", "a3_pd", S({"PF-HASHSEED"}), m_hashseed),
+    Fault("S-PP-PARTITION", "layer partition with the wrong entry count", "a3_pd", S({"PF-PP-PARTITION"}),
+          m_pp_partition),
+    Fault("S-DSPARK-TP", "draft TP != target TP", "a3_pd_pooled", S({"PF-DSPARK"}), m_dspark),
+    Fault("S-MMC-DRAM", "F10 engine client holds DRAM beside providers", "a3_pd_pooled", S({"PF-MMC-POOL"}),
+          m_mmc_pool),
+    Fault("S-1M-4NODES", "F13 1M context on four A3 nodes", "k3_a3_mixed", S({"PF-1M-NODES"}), m_one_m),
+    Fault("S-MAXLEN", "max_model_len wrong for a 1M scenario", "a3_pd_1m", S({"PF-MODEL"}), m_max_len),
+    Fault("S-PROXY-VARS", "F7 proxy variables left set", "a3_pd", S({"PF-PROXY-VARS"}), m_proxy_vars),
+    Fault("S-SERVED-NAME", "served name differs on one engine", "a3_pd", S({"PF-MODEL"}), m_model),
+    Fault("S-SMALL-SHM", "F15 64 MB shm", "a3_pd", S({"PF-CONTAINER"}), m_shm),
+    Fault("S-DRIVER-MOUNT", "F15 hccn_tool not mounted", "k3_a3_mixed", S({"PF-CONTAINER"}), m_driver_mount),
+    Fault("S-LAUNCHER-PP", "seed defect: launch_online_dp.py --pp-size", "k3_a3_pd", S({"PF-LAUNCHER"}), m_launcher),
+    Fault("S-ADDR-PLACEHOLDER", "documentation address left in the inventory", "a3_pd", S({"PF-ADDR-PLACEHOLDER"}),
+          m_addr_placeholder),
+    Fault("S-ADDR-LOOPBACK", "loopback node address", "k3_a3_mixed", S({"PF-ADDR-SPECIAL"}), m_addr_loopback),
+    Fault("S-SIM-SUBNET", "node address outside the sim subnet", "k3_a3_mixed", S({"PF-SIM-SUBNET"}), m_sim_subnet),
+    Fault("S-CONTAINER-SHARED", "two nodes, one endpoint, one container name", "k3_a2_mixed",
+          S({"PF-CONTAINER-SHARED"}), m_container_shared),
+    Fault("S-OPTION-UNUSED", "-o parsers=off where it changes nothing", "a3_pd", S({"PF-OPTION-UNUSED"}),
+          m_option_unused),
+    Fault("S-CHECKPOINT", "model path with no checkpoint config.json", "k3_a3_mixed", S({"PF-CHECKPOINT"}),
+          m_checkpoint),
+]
+
+_TEMPLATE = "/root/k3lab/run_dp_template.sh"
+_START = "/root/k3lab/start_engine.sh"
+# an edited script on a node no longer equals the rendered one: the golden check sees it too
+_EDITED_D = {f"test_staged_artefacts_match_rendered[d{i}]" for i in range(4)}
+# Conformance test ids a broken PD request path fails (all go through the proxy).
+# (the external-cache check measures producers on the pool, so it does not apply to a3_pd_1m)
+_PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced",
+                "test_streaming_content_is_clean", "test_image_request", "test_openai_client_parses_responses"}
+
+def _unreachable_from_all(sid: str, node: str, dev: int) -> dict:
+    """Every other node of the scenario loses the path to ``node``'s device ``dev`` (reverted in place)."""
+    others = [n.name for n in siminventory.default(sid).nodes if n.name != node and n.role != "metaservice"]
+    return {"running": [(o, ["k3sim-fault", "add", "unreachable", f"@vnic:{node}:{dev}"]) for o in others],
+            "revert": [(o, ["k3sim-fault", "clear", "unreachable"]) for o in others]}
+
+
+def _stray(node: str, name: str, program: str) -> dict:
+    """Another process started on ``node`` after start-up, stopped again by its pid file."""
+    pid = f"/tmp/k3lab-stray-{name}.pid"
+    return {"running": [(node, ["bash", "-c", f"nohup {program} >/dev/null 2>&1 & echo $! > {pid}"])],
+            "revert": [(node, ["bash", "-c", f'kill "$(cat {pid})" && rm -f {pid}'])]}
+
+
+def _stray_listener(node: str, port: int) -> dict:
+    """A process that only listens on ``port`` (accepts nothing)."""
+    listen = (f"import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(86400)")
+    return _stray(node, f"listen-{port}", f'python3 -c "{listen}"')
+
+
+def _hw(node: str, path: str, value: str) -> dict:
+    """A simulated hardware fault set in a running node and cleared after its row."""
+    return {"running": [(node, ["k3sim-fault", "set", path, value])],
+            "revert": [(node, ["k3sim-fault", "clear", path])]}
+
+
+LIVE = [
+    Fault("L-DEVICE-ALARM", "F15 NPU health Alarm", "a3_pd_1m", S({"test_npu_smi_devices_healthy[d1]"}),
+          running=[("d1", ["k3sim-fault", "set", "devices.3.health", "Alarm"])],
+          revert=[("d1", ["k3sim-fault", "clear", "devices.3.health"])]),
+    Fault("L-LINK-DOWN", "F5 device link DOWN (net health follows)", "a3_pd_1m",
+          S({"test_hccn_links_up[p1]", "test_hccn_net_health[p1]"}),
+          running=[("p1", ["k3sim-fault", "set", "devices.2.link", "DOWN"])],
+          revert=[("p1", ["k3sim-fault", "clear", "devices.2.link"])]),
+    Fault("L-NET-HEALTH", "F5 device net health Fault", "a3_pd_1m", S({"test_hccn_net_health[d0]"}),
+          running=[("d0", ["k3sim-fault", "set", "devices.5.net_health", "Fault"])],
+          revert=[("d0", ["k3sim-fault", "clear", "devices.5.net_health"])]),
+    Fault("L-TLS", "TLS switch differs on one device", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
+          running=[("p2", ["k3sim-fault", "set", "devices.1.tls_switch", "1"])],
+          revert=[("p2", ["k3sim-fault", "clear", "devices.1.tls_switch"])]),
+    # Reachability samples every device as a source and as a target once per run, in a rotation; a
+    # device that no other node reaches is caught whatever the rotation. On-sample d0/0, off-sample p2/11.
+    Fault("L-PEER-UNREACHABLE", "F5 peer device unreachable", "a3_pd_1m", S({"test_cross_node_reachability"}),
+          **_unreachable_from_all("a3_pd_1m", "d0", 0),
+          message="-> d0 device 0 (-hccs_ping"),
+    Fault("L-PEER-UNREACHABLE-OFF", "F5 peer device unreachable (another node, another device)", "a3_pd_1m",
+          S({"test_cross_node_reachability"}), **_unreachable_from_all("a3_pd_1m", "p2", 11),
+          message="-> p2 device 11 (-hccs_ping"),
+    # Off-sample variants of the hardware faults above: another node, another device index.
+    Fault("L-DEVICE-ALARM-OFF", "F15 NPU health Alarm (another node, another device)", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),
+          message="device(s) [12] report health ['Alarm'], expected OK"),
+    Fault("L-NPU-MISSING", "a die the driver no longer lists (npu-smi prints 15 of 16 rows)", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[d2]"}), **_hw("d2", "devices.9.missing", "true"),
+          message="prints 15 health rows, expected 16 for A3 (one per die)"),
+    Fault("L-NPU-MISSING-OFF", "a die the driver no longer lists (another node, device 0)", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[p3]"}), **_hw("p3", "devices.0.missing", "true"),
+          message="prints 15 health rows, expected 16"),
+    Fault("L-LINK-DOWN-OFF", "F5 device link DOWN (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_links_up[d3]", "test_hccn_net_health[d3]"}),
+          **_hw("d3", "devices.15.link", "DOWN"), message="15: 'link status: DOWN'"),
+    Fault("L-NET-HEALTH-OFF", "F5 device net health Fault (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_net_health[p2]"}), **_hw("p2", "devices.11.net_health", "Fault"),
+          message="11: 'net health status: Fault'"),
+    Fault("L-TLS-OFF", "TLS switch differs (another node, another device)", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
+          **_hw("d3", "devices.14.tls_switch", "1"), message="('d3', 14)"),
+    Fault("L-TLS-UNPARSED", "hccn_tool -tls -g fails on one device (no tls switch printed)", "a3_pd_1m",
+          S({"test_hccn_tls_consistent"}),
+          **_hw("d1", "devices.6.tls_error", "dsmi_get_tls_cfg failed, ret = 87"),
+          message="gave no 'tls switch[N]' on [('d1', 6)]"),
+    # A3 checks -vnic: a die without a vNIC address fails the address check and, as every device is
+    # a source and a target once per run, the reachability check names it too. On-sample d1/4, off p3/13.
+    Fault("L-DEVICE-ADDR", "a die without its vNIC address", "a3_pd_1m",
+          S({"test_hccn_device_addresses[d1]", "test_cross_node_reachability"}), **_hw("d1", "devices.4.no_vnic", "true"),
+          message="expected an ipaddr, seen {4: 'vnic link status: UP"),
+    Fault("L-DEVICE-ADDR-OFF", "a die without its vNIC address (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_device_addresses[p3]", "test_cross_node_reachability"}), **_hw("p3", "devices.13.no_vnic", "true"),
+          message="p3 device 13: no vnic address"),
+    # A2 checks -ip: a device with no IP also reports net health Init (it cannot reach its netdetect address)
+    Fault("L-DEVICE-IP-A2", "an A2 NPU without its device IP", "k3_a2_mixed",
+          S({"test_hccn_device_addresses[node2]", "test_hccn_net_health[node2]", "test_cross_node_reachability"}),
+          **_hw("node2", "devices.5.no_ip", "true"), message="seen {5: 'Get ipconf failed"),
+    # vLLM closes the DP RPC port after the handshake: a listener there after start-up is another process
+    Fault("L-DP-RPC-HELD", "the DP RPC port listens after start-up (a stray process holds it)", "k3_a3_mixed",
+          S({"test_startup_ports_closed[node0]"}), **_stray_listener("node0", 12345),
+          message="seen listening: DP RPC (--data-parallel-rpc-port) 12345 of node0/engine"),
+    Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
+          **_stray("p2", "http-8000", "python3 -m http.server 8000"), message="p2:8000 answered"),
+    # Real vLLM fails a request whose KV the Decode cannot load (kv_load_failure_policy defaults to
+    # "fail"), so every PD request fails and each Decode/Prefill pair is named. The external-cache check
+    # measures pool producers (Decode counts every pull as hits): a3_pd_1m has no pool, it does not apply.
+    Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",
+          S(_PD_REQUESTS | {"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])],
+          revert=[("p0", ["k3sim-fault", "clear", "engine.drop_kv_handshake"])],
+          message="Decode d3 did not pull KV from Prefill p0"),
+    # The proxy's /healthcheck still counts 4 Decode instances (it never probes them); test_proxy_answers
+    # sees them counted but silent. The Decode DP group goes down with its rank, as vLLM's does.
+    Fault("L-DECODE-STOPPED", "a Decode engine stops (the proxy keeps counting and routing to it)", "a3_pd_1m",
+          S({"test_proxy_answers", "test_engine_ranks_claimed_once", *_PD_REQUESTS, "test_every_api_engine_serves",
+             "test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine",
+             *{f"test_{t}[d{i}:8000]" for t in ("health", "models_lists_served_name_and_limit", "max_model_len_enforced")
+               for i in range(4)}, *{f"test_planned_ports_listen[d{i}]" for i in range(4)}}),
+          running=[("d3", ["k3sim-fault", "set", "engine.crash_after_s", "0"])]),
+    # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
+    # reverted in place so the rows share one bring-up.
+    Fault("L-TOOL-FORCED", "the model calls the first tool whatever it is asked (served by d0)", "a3_pd_1m",
+          S({"test_tool_call", "test_tool_call_not_forced"}),
+          running=[("d0", ["k3sim-fault", "set", "engine.tool_choice_first", "true"])],
+          revert=[("d0", ["k3sim-fault", "clear", "engine.tool_choice_first"])]),
+    Fault("L-TOOL-ARGS", "tool arguments ignore the request's schema (\"rack\": \"rack\")", "a3_pd_1m",
+          S({"test_tool_call"}),
+          running=[("d0", ["k3sim-fault", "set", "engine.tool_args_blind", "true"])],
+          revert=[("d0", ["k3sim-fault", "clear", "engine.tool_args_blind"])]),
+    # The proxy sends sequential requests to d0 only: a Decode that cannot pull KV stays unseen
+    # except by the per-pair and concurrent checks. On-sample d2, off-sample d3.
+    Fault("L-KV-PULL-D2", "Decode d2 cannot reach the Prefill KV ports", "a3_pd_1m",
+          S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          running=[("d2", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
+          revert=[("d2", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
+          message="Decode d2 did not pull KV from Prefill p0"),
+    Fault("L-KV-PULL-D3", "Decode d3 cannot reach the Prefill KV ports (off-sample)", "a3_pd_1m",
+          S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          running=[("d3", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
+          revert=[("d3", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
+          message="Decode d3 did not pull KV from Prefill p0"),
+    Fault("L-DP-RANK-IGNORED", "the head API ignores X-data-parallel-rank (status codes stay right)", "k3_a3_mixed",
+          S({"test_dp_rank_routing", "test_every_api_engine_serves"}),
+          running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
+          revert=[("node0", ["k3sim-fault", "clear", "engine.ignore_dp_rank_header"])],
+          message="pinned to rank 3, vllm:request_success_total moved on engines"),
+    Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
+          S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
+          running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
+    Fault("L-PROVIDER-GONE", "F10 a provider exits", "a3_pd_pooled", S({"test_metaservice_capacity"}),
+          running=[("d2", ["bash", "-c", 'kill "$(cat /root/k3lab/memcache/.k3lab/d2_provider.pid)"'])]),
+    Fault("L-CONTAINER-STOPPED", "a node container exits (vLLM takes the whole DP group down)", "k3_a3_mixed",
+          S({"test_container_running[node3]", "test_container_matches_plan[node3]", "test_npu_smi_devices_healthy[node3]",
+             "test_hccn_links_up[node3]", "test_hccn_net_health[node3]", "test_hccn_device_addresses[node3]",
+             "test_hccn_tls_consistent", "test_cross_node_reachability", "test_staged_artefacts_match_rendered[node3]",
+             "test_engine_ranks_claimed_once", "test_planned_ports_listen[node0]", "test_health[node0:8000]",
+             "test_models_lists_served_name_and_limit[node0:8000]", "test_max_model_len_enforced[node0:8000]",
+             "test_dp_rank_routing", "test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean",
+             "test_tool_call_not_forced", "test_every_api_engine_serves",
+             "test_image_request", "test_openai_client_parses_responses"}),
+          running=[("@docker", ["stop", "node3"])]),
+    Fault("L-PROVIDER-SHORT", "F10 a provider registers 512 MB", "a3_pd_pooled", S({"gate:providers"}),
+          at_start={"hw": {"d1": {"provider": {"dram_size": "512MB"}}}}, message="to report 8589934592 bytes"),
+    # the pool ring p0->p1->...->p7->p0 and the external-cache pair p0->p1: on-sample p1, off-sample p6
+    Fault("L-HASH-SEED", "F11 one Prefill engine hashes with another seed", "k3_a3_pd",
+          S({"test_pool_hits_across_engines", "test_external_cache_hits_on_repeated_prefix"}),
+          at_start={"hw": {"p1": {"engine": {"hash_seed": "7"}}}}),
+    Fault("L-HASH-SEED-P6", "F11 another Prefill engine hashes with another seed (off-sample)", "k3_a3_pd",
+          S({"test_pool_hits_across_engines"}), at_start={"hw": {"p6": {"engine": {"hash_seed": "7"}}}}),
+    # P1 (PP rank 1) binds handshake ports 36016-36031; it starts in the workers stage
+    Fault("L-KV-PORT-TAKEN", "F1/F2 a KV port is held before the engine starts", "a3_pd_1m", S({"gate:workers"}),
+          at_start={"hold_port": {"p1": 36016}}, message="Address already in use"),
+    Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
+          S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
+    Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
+          S({"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced", "test_streaming_content_is_clean",
+             "test_openai_client_parses_responses", *_EDITED_D}),
+          at_start={"edit": {d: [(_TEMPLATE, r"/--enable-auto-tool-choice\|--reasoning-parser\|--tool-call-parser/d")]
+                             for d in ("d0", "d1", "d2", "d3")}}),
+    # the Decode DP group refuses a rank whose config differs, so this is caught at launch
+    Fault("L-MAXLEN-WRONG", "max_model_len 204800 on one Decode of a 1M scenario", "a3_pd_1m", S({"gate:workers"}),
+          message="Configuration mismatch detected",
+          at_start={"edit": {"d2": [(_TEMPLATE, "s/--max-model-len 1048576/--max-model-len 204800/")]}}),
+    Fault("L-IMAGE-PD", "F16 image requests fail under PD (Decode started language-model-only)", "a3_pd_1m",
+          S({"test_image_request", *_EDITED_D}),
+          at_start={"edit": {d: [(_TEMPLATE, r"s/^--skip-mm-profiling \\$/--skip-mm-profiling --language-model-only \\/")]
+                             for d in ("d0", "d1", "d2", "d3")}}),
+    # Ranks started on the wrong nodes: the groups still form (ranks 1 and 2 both join), only the owners
+    # differ from the plan. The edited scripts also differ from the rendered ones.
+    Fault("L-DP-RANKS-SWAPPED", "DP start ranks of node1 and node2 swapped", "k3_a3_mixed",
+          S({"test_engine_ranks_claimed_once", "test_staged_artefacts_match_rendered[node1]",
+             "test_staged_artefacts_match_rendered[node2]"}),
+          at_start={"edit": {"node1": [(_START, "s/^export DP_START_RANK=1$/export DP_START_RANK=2/")],
+                             "node2": [(_START, "s/^export DP_START_RANK=2$/export DP_START_RANK=1/")]}}),
+    # A PP node rank on the wrong node also binds the other stage's KV handshake ports.
+    Fault("L-PP-RANKS-SWAPPED", "Prefill PP node ranks of p1 and p2 swapped", "a3_pd_1m",
+          S({"test_engine_ranks_claimed_once", "test_planned_ports_listen[p1]", "test_planned_ports_listen[p2]",
+             "test_staged_artefacts_match_rendered[p1]", "test_staged_artefacts_match_rendered[p2]"}),
+          at_start={"edit": {"p1": [(_TEMPLATE, "s/^NODE_RANK=1$/NODE_RANK=2/")],
+                             "p2": [(_TEMPLATE, "s/^NODE_RANK=2$/NODE_RANK=1/")]}}),
+    # With a key configured, every API must refuse a bare request: one engine started without it is open.
+    Fault("L-API-KEY-MISSING", "the head engine starts without the API key (VLLM_API_KEY unset in its script)",
+          "k3_a2_mixed", S({"test_api_key_enforced[node0:8000]", "test_staged_artefacts_match_rendered[node0]"}),
+          at_start={"edit": {"node0": [(_START, "1a unset VLLM_API_KEY")]}}, env={"K3LAB_API_KEY": "k3lab-fault-key"},
+          message="node0: /v1/models without a key answered 200"),
+    Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
+          at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
+          message="Device 7 Health Status: Alarm"),
+]
+CATALOG = {f.id: f for f in STATIC + LIVE}
+
+
+# ------------------------------------------------------------------------------------ running
+
+
+def run_static(fault: Fault) -> set[str]:
+    r = fault.mutate()
+    return {f.check for f in preflight.run(r.plan, r.files, sim_subnet=r.sim_subnet)}
+
+
+def _failing_tests(junit: Path) -> dict[str, str]:
+    """Failing (or erroring) test id -> its failure text."""
+    out: dict[str, str] = {}
+    for tc in ET.parse(junit).iter("testcase"):
+        bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+        if bad is not None:
+            out[tc.get("name").split("@", 1)[0]] = f"{bad.get('message') or ''}\n{bad.text or ''}"
+    return out
+
+
+def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> dict[str, str]:
+    cmd = suite.command(run_dir, "-q", *(extra or []), junit=out)
+    subprocess.run(cmd, capture_output=True, timeout=900)
+    return _failing_tests(out)
+
+
+def _caught(f: Fault, failures: dict[str, str]) -> set[str]:
+    """The failing checks; with an expected message, a row whose failures all lack it says so."""
+    observed = set(failures)
+    if f.message and observed and not any(f.message in text for text in failures.values()):
+        observed.add(f"(no failure says {f.message!r})")
+    return observed
+
+
+def _resolve(run, arg: str) -> str:
+    """``@vnic:NODE:DEV`` -> that device's address, read from the node with hccn_tool (a real interface)."""
+    if not arg.startswith("@vnic:"):
+        return arg
+    _, node, dev = arg.split(":")
+    tool = "-vnic" if run.plan.node(node).platform == "A3" else "-ip"
+    _, out = run.backend.exec(node, ["hccn_tool", "-i", dev, tool, "-g"])
+    return out.split("ipaddr:")[1].split()[0]
+
+
+def inject(run, fault: Fault) -> None:
+    for node, cmd in fault.running:
+        if node == "@docker":
+            getattr(run.backend.containers[cmd[1]], cmd[0])(timeout=5)
+            continue
+        code, out = run.backend.exec(node, [_resolve(run, a) for a in cmd])
+        if code != 0:
+            raise RuntimeError(f"injecting {fault.id} on {node} failed: {out}")
+    time.sleep(1.5)  # processes notice faults within a second (engines and MetaService poll node.json)
+
+
+def _revert(run, fault: Fault) -> bool:
+    for node, cmd in fault.revert:
+        code, out = run.backend.exec(node, [_resolve(run, a) for a in cmd])
+        if code != 0:
+            print(f"[faults] reverting {fault.id} on {node} failed ({out.strip()[:200]}): restarting", flush=True)
+            return False
+    time.sleep(1.5)  # as after injecting: processes re-read the node file within a second
+    return True
+
+
+def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
+    from k3lab.launchers import lifecycle
+
+    rows: list[dict] = []
+    started = time.monotonic()
+
+    def add(row: dict) -> None:  # print and save as we go: a live matrix takes minutes
+        rows.append(row)
+        print(f"[faults] {row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})",
+              flush=True)
+        if report:
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(json.dumps(rows, indent=2))
+            text = markdown(rows, time.monotonic() - started)
+            if live:
+                text += "\n## Every live check, its faults and controls\n\n" + coverage_markdown(rows, live_checks())
+            report.with_suffix(".md").write_text(text)
+
+    faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
+    for f in faults:
+        if f.kind == "static":
+            add(_row(f, run_static(f)))
+    running: dict[str, object] = {}
+    baselined: set[str] = set()
+    # reversible faults first, so they share one bring-up per scenario; the rest restart after
+    in_place = sorted([f for f in faults if f.kind == "live" and f.running], key=lambda f: (f.scenario, not f.revert))
+    try:
+        for f in in_place:
+            run = running.get(f.scenario)
+            if run is None:
+                for other in list(running):  # one run at a time: up refuses while another run is up
+                    lifecycle.down(running.pop(other))
+                try:
+                    run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
+                except ChecksFailed as exc:  # preflight or a readiness gate; an interrupt ends the matrix
+                    add(_row(f, {f"up failed: {str(exc).splitlines()[0]}"}))
+                    continue
+                if f.scenario not in baselined:  # one healthy baseline per scenario shows 0 false positives
+                    baselined.add(f.scenario)
+                    base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
+                    add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), set(base)))
+            try:
+                inject(run, f)
+            except RuntimeError as exc:
+                add(_row(f, {f"injection failed: {exc}"}))
+            else:
+                add(_row(f, _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))))
+            if f.revert and _revert(run, f):
+                continue  # undone in place: the next fault of this scenario shares the deployment
+            lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
+            running.pop(f.scenario)
+        for other in list(running):
+            lifecycle.down(running.pop(other))
+        for f in [f for f in faults if f.kind == "live" and f.at_start]:
+            add(_row(f, _run_start_fault(f)))
+    finally:
+        for run in running.values():
+            lifecycle.down(run)
+    return rows
+
+
+def _run_start_fault(f: Fault) -> set[str]:
+    from unittest import mock  # the fault's environment for this run only, restored after (stdlib)
+
+    with mock.patch.dict(os.environ, f.env):
+        return _start_fault(f)
+
+
+def _start_fault(f: Fault) -> set[str]:
+    from k3lab.launchers import lifecycle
+
+    try:
+        run = lifecycle.up(f.scenario, None, {}, "sim", sim_faults=f.at_start)
+    except (lifecycle.GateFailed, RuntimeError) as exc:
+        stage = exc.stage if isinstance(exc, lifecycle.GateFailed) else str(exc).split(":", 1)[0].removeprefix("stage ")
+        return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
+    try:
+        return _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))
+    finally:
+        lifecycle.down(run)
+
+
+def _row(f: Fault, observed: set[str], want: frozenset[str] | None = None) -> dict:
+    want = f.expect if want is None else want
+    return {"fault": f.id, "mode": f.mode, "scenario": f.scenario, "kind": f.kind, "expected": sorted(want),
+            "observed": sorted(observed), "verdict": "ok" if set(observed) == set(want) else "MISMATCH"}
+
+
+def markdown(rows: list[dict], wall_s: float) -> str:
+    """The results table for build/ (and a closing note): one row per fault or baseline."""
+    ok = sum(r["verdict"] == "ok" for r in rows)
+    out = [f"# k3lab fault matrix: {ok}/{len(rows)} rows as intended, wall {wall_s:.0f} s", "",
+           "| fault | kind | scenario | mode | expected failing checks | observed failing checks | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['fault']} | {r['kind']} | {r['scenario']} | {r['mode']} | "
+                   f"{', '.join(r['expected']) or '(none)'} | {', '.join(r['observed']) or '(none)'} | {r['verdict']} |")
+    return "\n".join(out) + "\n"
+
+
+# Controls inside a check, beside the healthy baselines: what must NOT happen for the check to pass.
+NEGATIVE_CONTROLS = {
+    "test_tool_call": "test_tool_call_not_forced: tools offered, unrelated question, no call",
+    "test_tool_call_not_forced": "test_tool_call: the related question must call the right tool",
+    "test_external_cache_hits_on_repeated_prefix": "a fresh prompt on the same engine must not hit",
+    "test_dp_rank_routing": "only the pinned engine's counter moves; an out-of-range rank answers 400",
+    "test_every_api_engine_serves": "no other engine's counter moves",
+    "test_decode_pulls_kv_from_every_prefill": "each pair asked directly (no proxy retry hides a pair)",
+    "test_proxy_reaches_every_engine": "per-engine counters, not status codes",
+    "test_pool_stores_blocks": "a per-run nonce keeps the prompt new on a kept deployment",
+    "test_pool_hits_across_engines": "per-run nonce; the second engine's local cache cannot serve it",
+    "test_api_key_enforced": "the same request with the key answers 200",
+    "test_max_model_len_enforced": "a request within the limit answers 200",
+    "test_hccn_tls_consistent": "unparsed output fails (L-TLS-UNPARSED)",
+    "test_headless_nodes_expose_no_api": "the head's API answers on the same port (test_health)",
+    "test_startup_ports_closed": "test_planned_ports_listen: the other planned ports listen",
+}
+
+
+def _off_sample(r: dict) -> bool:
+    text = f"{r['fault']} {r['mode']}".lower()
+    return r["fault"].endswith("-OFF") or "off-sample" in text or "another node" in text or "another prefill" in text
+
+
+def coverage_markdown(rows: list[dict], checks: list[str]) -> str:
+    """The closing-note table: each live check, the rows that failed it as intended (on-sample and
+    off-sample), and its controls (in-check negative control, healthy baselines with 0 failures)."""
+    base = [r for r in rows if r["fault"].startswith("BASELINE-")]
+    clean = [r["scenario"] for r in base if r["verdict"] == "ok"]
+    out = ["| check | fault that fails it (on-sample) | off-sample variant | negative control / healthy baseline |",
+           "|---|---|---|---|"]
+    for check in checks:
+        hits = [r for r in rows if r["verdict"] == "ok" and not r["fault"].startswith("BASELINE-")
+                and any(e.split("[", 1)[0] == check for e in r["expected"])]
+        on = [r["fault"] for r in hits if not _off_sample(r)]
+        off = [r["fault"] for r in hits if _off_sample(r)]
+        control = NEGATIVE_CONTROLS.get(check, "")
+        baseline = f"0 failures on the healthy baselines ({', '.join(clean)})" if clean else "no baseline run"
+        out.append(f"| {check} | {', '.join(on) or '(none)'} | {', '.join(off) or '(none)'} | "
+                   f"{control + '; ' if control else ''}{baseline} |")
+    return "\n".join(out) + "\n"
+
+
+def live_checks() -> list[str]:
+    """Every conformance check (functions decorated with ``@conformance``), in file order."""
+    import ast
+
+    out = []
+    for path in sorted(paths.CONFORMANCE.glob("test_*.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if isinstance(fn, ast.FunctionDef) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "id", "") == "conformance" for d in fn.decorator_list):
+                out.append(fn.name)
+    return out
+
+
+def print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="k3lab fault matrix")
+    for col in ("fault", "scenario", "expected failing checks", "observed failing checks", "verdict"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["fault"], r["scenario"], ", ".join(r["expected"]) or "(none)",
+                      ", ".join(r["observed"]) or "(none)", r["verdict"])
+    Console(width=200).print(table)
+    ok = sum(r["verdict"] == "ok" for r in rows)
+    print(f"{ok}/{len(rows)} rows as intended")

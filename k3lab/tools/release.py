@@ -1,0 +1,311 @@
+"""``k3lab release``: the whole scenario matrix in one command, one verdict, one combined report.
+
+1. **Static** (in process, all scenarios): render, preflight and golden (the default sim
+   inventory's artefacts against ``golden/``; a lab inventory's renders are not golden).
+2. **Live**: one ``k3lab cycle`` per scenario, as a subprocess, at most ``--jobs`` at a time. On
+   the sim each concurrent slot gets its own networks (``K3LAB_SIM_SUBNET``), the image is built
+   once up front, and the largest topologies start first so the slots finish together. On the lab
+   target each scenario needs its inventory (``--inventory SCENARIO=FILE``).
+3. **Gate**: each run under the policy (:mod:`k3lab.model.policy`, :mod:`k3lab.reports.gate`).
+4. **Report** in the release directory: ``release.json`` (what ``k3lab compare`` reads),
+   ``release.md``, ``release.html``, ``junit.xml``; each run's own directory is under ``runs/``.
+
+Exit status: 0 PASS, 1 FAIL, 3 INCOMPLETE (a blocking check could not be evaluated).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from k3lab import __version__, paths
+from k3lab.errors import UsageError
+from k3lab.model import catalog, siminventory
+from k3lab.model.policy import Policy
+from k3lab.model.policy import load as load_policy
+from k3lab.preflight import checks as preflight
+from k3lab.render import artefacts as render
+from k3lab.reports import gate
+
+GOLDEN = paths.GOLDEN
+RELEASES = Path(os.environ.get("K3LAB_RELEASES", Path.cwd() / "releases"))
+FILE = "release.json"
+
+
+def _log(msg: str) -> None:
+    print(f"[release {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------- static
+
+
+def static_rows(sid: str, inventory: str | None, options: dict[str, str], target: str) -> list[dict[str, Any]]:
+    """render / preflight / golden of one scenario, as gate rows."""
+    from k3lab.model.select import load_inventory
+
+    rows: list[dict[str, Any]] = []
+    try:
+        inv, name = load_inventory(sid, inventory)
+        rendered = render.build(sid, inv, options, target, inventory_name=name)
+    except Exception as exc:  # an inventory or render error is this scenario's failure, not the release's crash
+        return [{"id": "static.render", "status": "fail", "message": f"render failed: {exc}"}]
+    rows.append({"id": "static.render", "status": "pass",
+                 "message": f"{len(rendered.plan.nodes)} nodes, {sum(len(f) for f in rendered.files.values())} files"})
+    findings = preflight.run(rendered.plan, rendered.files)
+    errors = preflight.errors(findings)
+    warns = [f for f in findings if f not in errors]
+    msg = "; ".join(f"{f.check} [{', '.join(f.nodes)}]: {f.message}" for f in errors) or \
+        f"{len(preflight.CHECKS)} checks, 0 errors, {len(warns)} warning(s)"
+    rows.append({"id": "static.preflight", "status": "fail" if errors else "pass", "message": msg})
+    if inventory:
+        rows.append({"id": "static.golden", "status": "na", "message": "a lab inventory renders its own values"})
+        return rows
+    differ = []
+    for node in rendered.plan.nodes:
+        for art in node.artefacts:
+            golden = GOLDEN / sid / node.name / f"{art.name}.txt"
+            if not golden.is_file() or golden.read_text() != rendered.files[node.name][art.name]:
+                differ.append(f"{node.name}/{art.name}")
+    rows.append({"id": "static.golden", "status": "fail" if differ else "pass",
+                 "message": f"drifted from golden/: {', '.join(differ[:8])}" if differ else "equal to golden/"})
+    return rows
+
+
+# --------------------------------------------------------------------------------------- live
+
+
+def _slot_env(slot: int) -> dict[str, str]:
+    """Slot 0 keeps the default networks (so single runs and golden see the usual addresses)."""
+    if slot == 0:
+        return {}
+    return {siminventory.SUBNET_ENV: f"172.28.{slot}.0/24", siminventory.DEVICE_SUBNET_ENV: f"172.{29 + slot}.0.0/16"}
+
+
+class Live:
+    """Runs ``k3lab cycle`` subprocesses in bounded slots; Ctrl-C/SIGTERM interrupt them (they tear down)."""
+
+    def __init__(self, out: Path, jobs: int, target: str, timeout: float, extra: list[str]):
+        self.out, self.jobs, self.target, self.timeout, self.extra = out, jobs, target, timeout, extra
+        self.slots: queue.Queue[int] = queue.Queue()
+        for s in range(jobs):
+            self.slots.put(s)
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def cycle(self, sid: str, inventory: str | None, inject: str | None) -> dict[str, Any]:
+        slot = self.slots.get()
+        try:
+            if self.stopping:
+                return {"scenario": sid, "exit": None, "wall_s": 0.0, "note": "not started: release interrupted"}
+            runs = self.out / "runs" / sid
+            runs.mkdir(parents=True, exist_ok=True)
+            log = self.out / "logs" / f"{sid}.log"
+            log.parent.mkdir(exist_ok=True)
+            argv = [sys.executable, "-m", "k3lab.cli.main", "cycle", sid, "--target", self.target]
+            if inventory:
+                argv += ["--inventory", inventory]
+            if inject:
+                argv += ["--inject", inject]
+            if self.extra:
+                argv += ["--", *self.extra]
+            env = {**os.environ, "K3LAB_RUNS": str(runs), **(_slot_env(slot) if self.target == "sim" else {})}
+            _log(f"{sid}: cycle started (slot {slot}){' with fault ' + inject if inject else ''}")
+            t = time.monotonic()
+            with log.open("w") as fh:
+                proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+                with self.lock:
+                    self.procs.add(proc)
+                try:
+                    code = proc.wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGINT)  # the cycle tears down on SIGINT
+                    code = proc.wait(timeout=120)
+                    fh.write(f"\n[release] cycle timed out after {self.timeout:.0f}s\n")
+                finally:
+                    with self.lock:
+                        self.procs.discard(proc)
+            wall = time.monotonic() - t
+            dirs = sorted(p for p in runs.iterdir() if p.is_dir())
+            tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-3:]
+            _log(f"{sid}: cycle exit {code} in {wall:.1f}s")
+            return {"scenario": sid, "exit": code, "wall_s": round(wall, 2), "run_dir": str(dirs[-1]) if dirs else None,
+                    "log": str(log), "note": " | ".join(tail)[-600:], "slot": slot}
+        finally:
+            self.slots.put(slot)
+
+    def interrupt(self) -> None:
+        self.stopping = True
+        with self.lock:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+
+
+# ------------------------------------------------------------------------------------ release
+
+
+def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "sim",
+                inventories: dict[str, str] | None = None, jobs: int = 2, live: bool = True,
+                inject: dict[str, str] | None = None, timeout: float = 1800, pytest_extra: list[str] | None = None,
+                policy_source: str = "default") -> dict[str, Any]:
+    inventories = inventories or {}
+    inject = inject or {}
+    out.mkdir(parents=True, exist_ok=True)
+    started = _dt.datetime.now(_dt.timezone.utc)
+    t0 = time.monotonic()
+    static = {sid: static_rows(sid, inventories.get(sid), {}, target) for sid in scenarios}
+    static_s = time.monotonic() - t0
+    _log(f"static: {len(scenarios)} scenarios rendered, preflighted and compared with golden/ in {static_s:.2f}s")
+    cycles: dict[str, dict[str, Any]] = {}
+    live_s = 0.0
+    if live:
+        t1 = time.monotonic()
+        if target == "sim":
+            _build_images(scenarios)
+        runner = Live(out, max(1, jobs), target, timeout, pytest_extra or [])
+        runnable = [s for s in scenarios if not any(r["status"] == "fail" for r in static[s])]
+        for sid in set(scenarios) - set(runnable):
+            cycles[sid] = {"scenario": sid, "exit": None, "wall_s": 0.0, "note": "not run: the static stage failed"}
+        # largest topologies first: the slots then finish at about the same time
+        runnable.sort(key=lambda s: -_node_count(s))
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def stop(signum, frame):
+            _log("interrupted: stopping the running cycles (each tears down)")
+            runner.interrupt()
+
+        for sig in previous:
+            signal.signal(sig, stop)
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                futures = {sid: pool.submit(runner.cycle, sid, inventories.get(sid), inject.get(sid))
+                           for sid in runnable}
+                for sid, fut in futures.items():
+                    cycles[sid] = fut.result()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        live_s = time.monotonic() - t1
+    verdicts = []
+    for sid in scenarios:
+        eff = policy.for_scenario(sid)
+        cyc = cycles.get(sid)
+        if cyc and cyc.get("run_dir"):
+            v = gate.evaluate_run(eff, cyc["run_dir"], static[sid], cyc.get("note", ""))
+        else:
+            items = gate.static_items(eff, static[sid])
+            if live:
+                items.append(gate.Item("live.results", "live.results", "live", "block", "incomplete",
+                                       f"no run: {(cyc or {}).get('note', 'not started')}"))
+            v = gate.decide(sid, items)
+        verdicts.append(v)
+    doc = {"schema": 1, "kind": "k3lab-release", "k3lab": __version__, "target": target,
+           "policy": policy_source, "started": started.isoformat(timespec="seconds"),
+           "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                    "load": _load()},
+           "jobs": jobs, "live": live, "injected": inject,
+           "timings": {"total_s": round(time.monotonic() - t0, 2), "static_s": round(static_s, 3),
+                       "live_s": round(live_s, 2),
+                       "sum_of_cycles_s": round(sum(c.get("wall_s", 0) for c in cycles.values()), 2)},
+           "cycles": cycles, "overall": gate.overall(verdicts),
+           "scenarios": [v.to_json() for v in verdicts]}
+    (out / FILE).write_text(json.dumps(doc, indent=2) + "\n")
+    from k3lab.reports import releasereport
+
+    releasereport.write_all(out, doc)
+    return doc
+
+
+def _build_images(scenarios: list[str]) -> None:
+    """Every sim image the cycles need, built once up front: two cycles importing the same tag at
+    once would each make an image, and their nodes would record different image ids."""
+    import docker
+
+    from k3lab.launchers.sim import image, vllm_ascend
+
+    client = docker.from_env(timeout=120)
+    for version in sorted({vllm_ascend.version_for(catalog.SCENARIOS[s].seed) for s in scenarios}):
+        _log(f"sim image {image.ensure(client, version)} (vllm-ascend {version}) ready")
+
+
+def _node_count(sid: str) -> int:
+    return len(siminventory.default(sid).nodes)
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    doc = json.loads((Path(path) / FILE).read_text())
+    if doc.get("kind") != "k3lab-release":
+        raise ValueError(f"{path}/{FILE} is not a k3lab release document")
+    return doc
+
+
+# ------------------------------------------------------------------------------------ command
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        sid, sep, value = item.partition("=")
+        if not sep or not value:
+            raise UsageError(f"{what} takes SCENARIO=VALUE, got {item!r}")
+        from k3lab.model.select import scenario_id
+
+        out[scenario_id(sid)] = value
+    return out
+
+
+def cmd_release(args) -> int:
+    policy = load_policy(args.policy)  # a PolicyError is an input error: exit 2 with the field named
+    args.target = args.target or "sim"
+    scenarios = args.scenario or list(catalog.SCENARIOS)
+    from k3lab.model.select import scenario_id
+
+    for sid in scenarios:
+        scenario_id(sid)  # unknown ids: a usage error with a did-you-mean
+    inventories = _pairs(args.inventory, "--inventory")
+    if args.target == "lab":
+        missing = [s for s in scenarios if s not in inventories]
+        if missing and not args.static_only:
+            raise UsageError(f"--target lab needs --inventory SCENARIO=FILE for {', '.join(missing)}")
+    inject = _pairs(args.inject, "--inject")
+    if inject:
+        from k3lab.tools import faults
+
+        for sid, fid in inject.items():  # checked up front: a bad pair must not cost a whole release
+            fault = faults.CATALOG.get(fid)
+            if fault is None or fault.kind != "live":
+                raise UsageError(f"--inject {sid}={fid}: not a live fault of the catalog (k3lab faults --list)")
+            if fault.scenario != sid or args.target != "sim":
+                raise UsageError(f"--inject {sid}={fid}: fault {fid} is for {fault.scenario} on the sim target")
+            if sid not in scenarios:
+                raise UsageError(f"--inject {sid}={fid}: {sid} is not among the release's scenarios")
+    out = Path(args.out) if args.out else RELEASES / time.strftime("%Y%m%d-%H%M%S")
+    doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
+                      args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
+                      str(args.policy or "default"))
+    t = doc["timings"]
+    for v in doc["scenarios"]:
+        print(f"{v['verdict']:10} {v['scenario']}" + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})"
+                                                      if v["reasons"] else ""))
+    print(f"release {doc['overall']}: {len(scenarios)} scenarios, wall {t['total_s']:.1f}s (static {t['static_s']:.2f}s, "
+          f"live {t['live_s']:.1f}s, sum of cycles {t['sum_of_cycles_s']:.1f}s); report {out / 'release.html'}")
+    return gate.EXIT[doc["overall"]]
