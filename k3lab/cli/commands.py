@@ -107,7 +107,7 @@ def _fault(args: argparse.Namespace):
 
     fault = faults.CATALOG.get(args.inject)
     if fault is None or fault.kind != "live":
-        raise UsageError(f"--inject takes a live fault id of launchers/faults.py (k3lab faults --list), "
+        raise UsageError(f"--inject takes a live fault id of k3lab/tools/faults.py (k3lab faults --list), "
                          f"not {args.inject!r}")
     if fault.scenario != args.scenario or (args.target or ("lab" if args.inventory else "sim")) != "sim":
         raise UsageError(f"fault {fault.id} is for {fault.scenario} on the sim target")

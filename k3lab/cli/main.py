@@ -283,7 +283,7 @@ def _add_release(sub) -> None:
     _target_arg(p)
     p.add_argument("--inventory", "-i", action="append", default=[], metavar="SCENARIO=FILE",
                    help="lab inventory per scenario (required for --target lab)")
-    p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default launchers/policies/default.yaml)")
+    p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default k3lab/model/policies/default.yaml)")
     p.add_argument("--jobs", "-j", type=int, default=2, metavar="N", help="cycles at a time (default 2)")
     p.add_argument("--out", metavar="DIR", help="release directory (default releases/<timestamp>)")
     p.add_argument("--static-only", action="store_true", help="render, preflight and golden only (no Docker)")

@@ -1,6 +1,6 @@
 """Gate policy: which checks block a release, which only warn, and what a verdict means.
 
-A policy is a YAML file (``launchers/policies/default.yaml`` is the default; ``k3lab release
+A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; ``k3lab release
 --policy FILE`` takes another). Schema, version 1::
 
     schema: 1
