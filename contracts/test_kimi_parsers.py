@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from contracts import wheel as w
-from k3lab.launchers.sim.image import ROOTFS
+from k3lab.launchers.sim.image import host_pythonpath
 
-SITE = str(ROOTFS / "opt" / "k3lab-sim" / "site")
-if SITE not in sys.path:
-    sys.path.insert(0, SITE)
+for _p in reversed(host_pythonpath()):  # k3sim and the image's site, importable here
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 from k3sim.vllm.cache import tokenize  # noqa: E402
 from k3sim.vllm.output import model, parsers, xtml  # noqa: E402

@@ -1,4 +1,4 @@
-"""MetaService contract: the stand-in (``launchers/sim/rootfs/.../memcache_hybrid``) against the real
+"""MetaService contract: the stand-in (``launchers/sim/k3sim/memcache`` behind ``memcache_hybrid``) against the real
 MemCache 1.3.0 MetaService, both started with the guide's own command on loopback ports.
 
 Compared: the metric families the kit reads (HELP and TYPE) and that every family the stand-in
@@ -25,10 +25,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from k3lab.launchers.sim.image import ROOTFS
+from k3lab.launchers.sim.image import host_pythonpath
 from k3lab.launchers.sim.vllm_ascend import FetchError
 
-SITE = ROOTFS / "opt" / "k3lab-sim" / "site"
 MAIN = "import sys; from memcache_hybrid import MetaService; sys.exit(MetaService.main())"  # the guide's command
 # read by conformance/ and the lifecycle gates (segment samples need a provider; HELP and TYPE do not)
 KIT_READS = ("memcache_total_capacity_bytes", "memcache_segment_capacity_bytes", "memcache_stored_keys")
@@ -138,7 +137,7 @@ def impls() -> dict[str, Impl]:
         pytest.fail(f"cannot install the real MemCache: {exc}", pytrace=False)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("MMC_", "K3SIM_", "LD_LIBRARY_PATH"))}
     real = Impl("real", str(python), {**base, "LD_LIBRARY_PATH": f"{site}/memfabric_hybrid/lib:{site}/memcache_hybrid/lib"})
-    standin = Impl("standin", sys.executable, {**base, "PYTHONPATH": str(SITE), "PYTHONDONTWRITEBYTECODE": "1"})
+    standin = Impl("standin", sys.executable, {**base, "PYTHONPATH": os.pathsep.join(host_pythonpath()), "PYTHONDONTWRITEBYTECODE": "1"})
     return {"real": real, "standin": standin}
 
 
