@@ -71,6 +71,20 @@ def check_shape(sc: Scenario, inv: Inventory) -> None:
     problems = []
     if inv.scenario and inv.scenario != sc.id:
         problems.append(f"scenario: inventory is for {inv.scenario!r}, not {sc.id!r}")
+    problems += _role_problems(sc, inv)
+    metas = inv.by_role("metaservice")
+    if sc.pool != "none" and len(metas) > 1:
+        problems.append("nodes: at most one metaservice node")
+    problems += _rank_problems(sc, inv)
+    if sc.pool != "none" and not metas and not inv.metaservice_node:
+        problems.append(f"metaservice_node: {sc.id} needs a MetaService host (a metaservice node or metaservice_node)")
+    if problems:
+        raise InventoryError("inventory does not fit the scenario\n" + "\n".join(problems))
+
+
+def _role_problems(sc: Scenario, inv: Inventory) -> list[str]:
+    """Node counts per role, and no role the scenario lacks."""
+    problems = []
     for role, count in sc.roles.items():
         nodes = inv.by_role(role)  # type: ignore[arg-type]
         if len(nodes) != count:
@@ -78,18 +92,18 @@ def check_shape(sc: Scenario, inv: Inventory) -> None:
     for node in inv.nodes:
         if node.role not in sc.roles and not (node.role == "metaservice" and sc.pool != "none"):
             problems.append(f"nodes.{node.name}.role: {sc.id} has no {node.role} role")
-    metas = inv.by_role("metaservice")
-    if sc.pool != "none" and len(metas) > 1:
-        problems.append("nodes: at most one metaservice node")
+    return problems
+
+
+def _rank_problems(sc: Scenario, inv: Inventory) -> list[str]:
+    """Every role needs its rank-0 head."""
+    problems = []
     for role in sc.roles:
         ranks = [n.rank for n in inv.by_role(role)]  # type: ignore[arg-type]
         if ranks and 0 not in ranks:
             problems.append(f"nodes: no {role} node has rank 0 (ranks {sorted(ranks)}); rank is role-local and the "
                             f"rank-0 node is the {role} head (DP address / PP master)")
-    if sc.pool != "none" and not metas and not inv.metaservice_node:
-        problems.append(f"metaservice_node: {sc.id} needs a MetaService host (a metaservice node or metaservice_node)")
-    if problems:
-        raise InventoryError("inventory does not fit the scenario\n" + "\n".join(problems))
+    return problems
 
 
 def _options(sc: Scenario, raw: dict[str, str]) -> dict[str, str]:
@@ -190,52 +204,91 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
     sc = catalog.get(scenario_id)
     opts = _options(sc, options or {})
     check_shape(sc, inv)
-    model = inv.model_path or sc.model_path
-    draft = opts.get("draft") or inv.draft_model_path
-    if sc.dspark == "always":
-        draft = draft or sc.draft_default
-    elif sc.dspark == "optional" and "draft" not in opts:
-        draft = None
-    parsers = opts.get("parsers", "on") == "on"
-    wd = inv.paths.workdir
-    logs = f"{wd}/logs"
-    meta_node = inv.by_role("metaservice")[0] if inv.by_role("metaservice") else (
-        inv.node(inv.metaservice_node) if inv.metaservice_node else None)
-    heads = {role: inv.by_role(role)[0] for role in sc.roles}  # type: ignore[arg-type]
-    proxy_node = inv.node(inv.proxy_node) if inv.proxy_node else heads.get("prefill")
-
+    b = _Build(sc=sc, inv=inv, opts=opts, target=target, run_label=run_label)
     rendered = Rendered(plan=None, sim_subnet=inv.sim.subnet)  # type: ignore[arg-type]
-    node_plans: list[NodePlan] = []
-    apis: list[ApiEndpoint] = []
-    dp_groups: dict[str, dict[int, str]] = {}
-    pp_groups: dict[str, dict[int, str]] = {}
-    headless: list[str] = []
-    mixed_ranks: dict[int, str] = {}
-
     for node in inv.nodes:
-        files: dict[str, str] = {}
-        artefacts: list[Artefact] = []
-        procs: list[Process] = []
-        container = _container(sc, inv, node, run_label)
-        if target == "lab":  # the one listed place a lab run may differ from hardware (k3lab.render.profiles)
-            container = profiles.apply(inv.lab.profile, container)
-        files["docker_run.sh"] = docker_run_script(container)
-        artefacts.append(Artefact.make(name="docker_run.sh", path="(host)", mode=0o755))
+        out = _NodeOut(node=node, container=b.container(node))
+        out.add("docker_run.sh", docker_run_script(out.container), "(host)", 0o755)
+        b.memcache_processes(out)
+        if node.role in sc.roles:
+            b.engine_processes(out)
+        b.proxy_process(out)
+        b.node_plans.append(NodePlan.make(
+            name=node.name, role=node.role, rank=node.rank, address=node.local_ip, nic=node.nic, endpoint=node.endpoint,
+            platform=sc.platform, device_count=sc.devices, container=out.container, artefacts=out.artefacts,
+            processes=out.procs))
+        rendered.files[node.name] = out.files
+    rendered.plan = Plan.make(
+        scenario=sc.id, title=sc.title, seed=sc.seed, section=sc.section, target=target, platform=sc.platform,
+        options=opts, inventory=inventory_name, nodes=b.node_plans,
+        stages=_stages(sc, inv, b.node_plans, b.heads, b.proxy_node), expect=b.expect(), deviations=b.deviations(),
+    )
+    _check_port_ceiling(b.node_plans)
+    return rendered
 
-        def add(name: str, text: str, path: str, mode: int = 0o644) -> None:
-            files[name] = text  # noqa: B023 - called within this node's iteration only
-            artefacts.append(Artefact.make(name=name, path=path, mode=mode))  # noqa: B023
 
-        # --- MemCache: MetaService host and per-node pool files
+@dataclass
+class _NodeOut:
+    """One node's share of the rendering: its container, artefact texts and processes."""
+    node: Node
+    container: Container
+    files: dict[str, str] = field(default_factory=dict)
+    artefacts: list[Artefact] = field(default_factory=list)
+    procs: list[Process] = field(default_factory=list)
+
+    def add(self, name: str, text: str, path: str, mode: int = 0o644) -> None:
+        self.files[name] = text
+        self.artefacts.append(Artefact.make(name=name, path=path, mode=mode))
+
+
+class _Build:
+    """The steps of :func:`build`: per node the MemCache, engine and proxy processes; then the expectations.
+
+    It collects what the suite's expectations need across nodes (APIs, DP/PP groups, headless nodes)."""
+
+    def __init__(self, sc: Scenario, inv: Inventory, opts: dict[str, str], target: str, run_label: str | None):
+        self.sc, self.inv, self.opts, self.target, self.run_label = sc, inv, opts, target, run_label
+        self.model = inv.model_path or sc.model_path
+        self.draft = self._draft()
+        self.parsers = opts.get("parsers", "on") == "on"
+        self.wd = inv.paths.workdir
+        self.logs = f"{self.wd}/logs"
+        metas = inv.by_role("metaservice")
+        self.meta_node = metas[0] if metas else (inv.node(inv.metaservice_node) if inv.metaservice_node else None)
+        self.heads = {role: inv.by_role(role)[0] for role in sc.roles}  # type: ignore[arg-type]
+        self.proxy_node = inv.node(inv.proxy_node) if inv.proxy_node else self.heads.get("prefill")
+        self.node_plans: list[NodePlan] = []
+        self.apis: list[ApiEndpoint] = []
+        self.dp_groups: dict[str, dict[int, str]] = {}
+        self.pp_groups: dict[str, dict[int, str]] = {}
+        self.headless: list[str] = []
+        self.mixed_ranks: dict[int, str] = {}
+
+    def _draft(self) -> str | None:
+        draft = self.opts.get("draft") or self.inv.draft_model_path
+        if self.sc.dspark == "always":
+            return draft or self.sc.draft_default
+        if self.sc.dspark == "optional" and "draft" not in self.opts:
+            return None
+        return draft
+
+    def container(self, node: Node) -> Container:
+        container = _container(self.sc, self.inv, node, self.run_label)
+        if self.target == "lab":  # the one listed place a lab run may differ from hardware (k3lab.render.profiles)
+            container = profiles.apply(self.inv.lab.profile, container)
+        return container
+
+    # ---- MemCache: MetaService host and per-node pool files
+    def memcache_processes(self, out: _NodeOut) -> None:
+        sc, inv, node, wd, logs = self.sc, self.inv, out.node, self.wd, self.logs
         if sc.pool != "none":
-            mfiles = memcache.files_for(sc, inv, node, meta_node)
-            for name, (text, path) in mfiles.items():
-                add(name, text, path, 0o755 if name.endswith(".sh") or name.endswith(".py") else 0o644)
-        if meta_node is not None and node.name == meta_node.name:
+            for name, (text, path) in memcache.files_for(sc, inv, node, self.meta_node).items():
+                out.add(name, text, path, 0o755 if name.endswith((".sh", ".py")) else 0o644)
+        if self.meta_node is not None and node.name == self.meta_node.name:
             script = memcache.metaservice_script(sc, inv)
-            add("start_metaservice.sh", script.render(), f"{wd}/start_metaservice.sh", 0o755)
+            out.add("start_metaservice.sh", script.render(), f"{wd}/start_metaservice.sh", 0o755)
             env, argv, scope = script.resolve({})
-            procs.append(Process.make(
+            out.procs.append(Process.make(
                 id=f"{node.name}/metaservice", node=node.name, kind="metaservice", script=f"{wd}/start_metaservice.sh",
                 cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv,
                 log=f"{logs}/metaservice.log", api=f"http://{node.local_ip}:{inv.ports.meta_metrics}",
@@ -244,130 +297,148 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
                        PortUse.make(port=inv.ports.meta_metrics, purpose="MetaService metrics_url")]))
         if sc.pool == "providers" and node.role in ("prefill", "decode"):
             script = memcache.provider_script(inv)
-            add("start_provider.sh", script.render(), f"{wd}/start_provider.sh", 0o755)
+            out.add("start_provider.sh", script.render(), f"{wd}/start_provider.sh", 0o755)
             env, argv, scope = script.resolve({})
-            procs.append(Process.make(id=f"{node.name}/provider", node=node.name, kind="provider",
-                                      script=f"{wd}/start_provider.sh", cwd=inv.paths.memcache_config_dir, env=env,
-                                      sourced=scope.sourced, argv=argv, log=f"{logs}/provider.log"))
+            out.procs.append(Process.make(
+                id=f"{node.name}/provider", node=node.name, kind="provider", script=f"{wd}/start_provider.sh",
+                cwd=inv.paths.memcache_config_dir, env=env, sourced=scope.sourced, argv=argv,
+                log=f"{logs}/provider.log"))
 
-        # --- engine
-        if node.role in sc.roles:
-            ctx = Ctx(sc=sc, inv=inv, node=node, model=model, draft=draft, head_ip=heads[node.role].local_ip,
-                      parsers=parsers, engine_id=node.engine_id or _default_engine_id(node))
-            engine = ENGINE_SCRIPTS[sc.family](ctx)
-            launcher_style = sc.family == "k3_pd" or (sc.pd and node.role == "decode")
-            engine_name = "run_dp_template.sh" if sc.pd else "start_engine.sh"
-            add(engine_name, engine.render(), f"{wd}/{engine_name}", 0o755)
-            launch = _launch_script(sc, inv, node, heads, launcher_style, engine_name)
-            add("launch.sh", launch.render(), f"{wd}/launch.sh", 0o755)
-            base_env, launch_argv, lscope = launch.resolve({})
-            if launcher_style:
-                largv = launch_argv
-                dp_size, tp = int(_flag(largv, "--dp-size")), int(_flag(largv, "--tp-size", "1"))
-                local = int(_flag(largv, "--dp-size-local", str(dp_size)))
-                start = int(_flag(largv, "--dp-rank-start", "0"))
-                children = []
-                for pos in _launcher_children(dp_size, tp, local, start, _flag(largv, "--dp-address"),
-                                              _flag(largv, "--dp-rpc-port", "12345"),
-                                              int(_flag(largv, "--vllm-start-port", "9000"))):
-                    env, argv, scope = engine.resolve(base_env, pos)
-                    rank = int(pos[3])
-                    ports = [PortUse.make(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
-                    if rank == 0 and dp_size > 1:
-                        ports.append(PortUse.make(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
-                    ports += _hccl_ports(env)
-                    api = f"http://{node.local_ip}:{pos[1]}"
-                    children.append(Process.make(
-                        id=f"{node.name}/engine{rank}", node=node.name, kind="engine", script=f"{wd}/{engine_name}",
-                        cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, positional=pos,
-                        ports=ports, api=api, dp_rank=rank, devices=_devices(env), log=f"{logs}/launcher.log"))
-                    apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=[rank]))
-                    dp_groups.setdefault(node.role, {})[rank] = node.name
-                procs.append(Process.make(id=f"{node.name}/launcher", node=node.name, kind="launcher",
-                                          script=f"{wd}/launch.sh", cwd=wd, env=base_env, argv=launch_argv,
-                                          sourced=lscope.sourced, log=f"{logs}/launcher.log", children=children))
-            else:
-                env, argv, scope = engine.resolve(base_env)
-                is_headless = "--headless" in argv
-                pp_rank = int(_flag(argv, "--node-rank", "0")) if _flag(argv, "--nnodes") else None
-                dp_rank = int(_flag(argv, "--data-parallel-start-rank", _flag(argv, "--data-parallel-rank", "0")))
-                ports: list[PortUse] = []
-                api = None
-                if not is_headless:
-                    api = f"http://{node.local_ip}:{_flag(argv, '--port', '8000')}"
-                    ports.append(PortUse.make(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
-                if pp_rank == 0 and _flag(argv, "--master-port"):
-                    ports.append(PortUse.make(port=int(_flag(argv, "--master-port")),
-                                              purpose="PP master (--master-port)"))
-                if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
-                    ports.append(PortUse.make(port=int(_flag(argv, "--data-parallel-rpc-port")),
-                                              purpose=DP_RPC_PURPOSE))
-                ports += _kv_ports(argv, pp_rank or 0, 0)
-                ports += _hccl_ports(env)
-                procs.append(Process.make(
-                    id=f"{node.name}/engine", node=node.name, kind="engine", script=f"{wd}/launch.sh", cwd=wd,
-                    env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, ports=ports, api=api,
-                    headless=is_headless, pp_rank=pp_rank, dp_rank=None if sc.pd else dp_rank, devices=_devices(env),
-                    log=f"{logs}/engine.log"))
-                if is_headless:
-                    headless.append(node.name)
-                if pp_rank is not None:
-                    pp_groups.setdefault(node.role, {})[pp_rank] = node.name
-                if sc.pd:
-                    dp_groups.setdefault(node.role, {})[0] = heads[node.role].name
-                else:
-                    mixed_ranks[dp_rank] = node.name
-                if api:
-                    ranks = list(range(int(_flag(argv, "--data-parallel-size", "1")))) if not sc.pd else [0]
-                    apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=ranks))
+    # ---- engine: the guide's script, started by the DP launcher or by bash
+    def engine_processes(self, out: _NodeOut) -> None:
+        sc, inv, node, wd = self.sc, self.inv, out.node, self.wd
+        ctx = Ctx(sc=sc, inv=inv, node=node, model=self.model, draft=self.draft,
+                  head_ip=self.heads[node.role].local_ip, parsers=self.parsers,
+                  engine_id=node.engine_id or _default_engine_id(node))
+        engine = ENGINE_SCRIPTS[sc.family](ctx)
+        launcher_style = sc.family == "k3_pd" or (sc.pd and node.role == "decode")
+        engine_name = "run_dp_template.sh" if sc.pd else "start_engine.sh"
+        out.add(engine_name, engine.render(), f"{wd}/{engine_name}", 0o755)
+        launch = _launch_script(sc, inv, node, self.heads, launcher_style, engine_name)
+        out.add("launch.sh", launch.render(), f"{wd}/launch.sh", 0o755)
+        if launcher_style:
+            self._launcher(out, engine, launch, engine_name)
+        else:
+            self._single_engine(out, engine, launch)
 
-        # --- proxy
-        if sc.pd and proxy_node is not None and node.name == proxy_node.name:
-            script = _proxy_script(sc, inv)
-            add("start_proxy.sh", script.render(), f"{wd}/start_proxy.sh", 0o755)
-            env, argv, scope = script.resolve({})
-            procs.append(Process.make(
-                id=f"{node.name}/proxy", node=node.name, kind="proxy", script=f"{wd}/start_proxy.sh",
-                cwd=wd, env=env, unset=sorted(scope.unset), argv=argv, log=f"{logs}/proxy.log",
-                api=f"http://{node.local_ip}:{inv.ports.proxy}",
-                ports=[PortUse.make(port=inv.ports.proxy, purpose="PD proxy (--port)")]))
+    def _launcher(self, out: _NodeOut, engine: Script, launch: Script, engine_name: str) -> None:
+        """launch_online_dp.py: one engine child per local DP rank, each with its own API port."""
+        node, wd, logs = out.node, self.wd, self.logs
+        base_env, largv, lscope = launch.resolve({})
+        dp_size, tp = int(_flag(largv, "--dp-size")), int(_flag(largv, "--tp-size", "1"))
+        local = int(_flag(largv, "--dp-size-local", str(dp_size)))
+        start = int(_flag(largv, "--dp-rank-start", "0"))
+        children = []
+        for pos in _launcher_children(dp_size, tp, local, start, _flag(largv, "--dp-address"),
+                                      _flag(largv, "--dp-rpc-port", "12345"),
+                                      int(_flag(largv, "--vllm-start-port", "9000"))):
+            env, argv, scope = engine.resolve(base_env, pos)
+            rank = int(pos[3])
+            ports = [PortUse.make(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
+            if rank == 0 and dp_size > 1:
+                ports.append(PortUse.make(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
+            ports += _hccl_ports(env)
+            api = f"http://{node.local_ip}:{pos[1]}"
+            children.append(Process.make(
+                id=f"{node.name}/engine{rank}", node=node.name, kind="engine", script=f"{wd}/{engine_name}",
+                cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, positional=pos,
+                ports=ports, api=api, dp_rank=rank, devices=_devices(env), log=f"{logs}/launcher.log"))
+            self.apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=[rank]))
+            self.dp_groups.setdefault(node.role, {})[rank] = node.name
+        out.procs.append(Process.make(id=f"{node.name}/launcher", node=node.name, kind="launcher",
+                                      script=f"{wd}/launch.sh", cwd=wd, env=base_env, argv=largv,
+                                      sourced=lscope.sourced, log=f"{logs}/launcher.log", children=children))
 
-        node_plans.append(NodePlan.make(
-            name=node.name, role=node.role, rank=node.rank, address=node.local_ip, nic=node.nic, endpoint=node.endpoint,
-            platform=sc.platform, device_count=sc.devices, container=container, artefacts=artefacts, processes=procs))
-        rendered.files[node.name] = files
+    def _single_engine(self, out: _NodeOut, engine: Script, launch: Script) -> None:
+        """One ``vllm serve`` per node: a DP rank (mixed), a PP stage, or a headless worker."""
+        sc, node = self.sc, out.node
+        base_env, _, _ = launch.resolve({})
+        env, argv, scope = engine.resolve(base_env)
+        is_headless = "--headless" in argv
+        pp_rank = int(_flag(argv, "--node-rank", "0")) if _flag(argv, "--nnodes") else None
+        dp_rank = int(_flag(argv, "--data-parallel-start-rank", _flag(argv, "--data-parallel-rank", "0")))
+        api = None if is_headless else f"http://{node.local_ip}:{_flag(argv, '--port', '8000')}"
+        out.procs.append(Process.make(
+            id=f"{node.name}/engine", node=node.name, kind="engine", script=f"{self.wd}/launch.sh", cwd=self.wd,
+            env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv,
+            ports=_engine_ports(node, env, argv, pp_rank, is_headless), api=api,
+            headless=is_headless, pp_rank=pp_rank, dp_rank=None if sc.pd else dp_rank, devices=_devices(env),
+            log=f"{self.logs}/engine.log"))
+        if is_headless:
+            self.headless.append(node.name)
+        if pp_rank is not None:
+            self.pp_groups.setdefault(node.role, {})[pp_rank] = node.name
+        if sc.pd:
+            self.dp_groups.setdefault(node.role, {})[0] = self.heads[node.role].name
+        else:
+            self.mixed_ranks[dp_rank] = node.name
+        if api:
+            ranks = [0] if sc.pd else list(range(int(_flag(argv, "--data-parallel-size", "1"))))
+            self.apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=ranks))
 
-    if mixed_ranks:
-        dp_groups["mixed"] = dict(sorted(mixed_ranks.items()))
-    proxy_url = f"http://{proxy_node.local_ip}:{inv.ports.proxy}" if sc.pd and proxy_node else None
-    meta = None
-    if meta_node is not None:
+    # ---- PD proxy on its node
+    def proxy_process(self, out: _NodeOut) -> None:
+        node, inv, wd = out.node, self.inv, self.wd
+        if not (self.sc.pd and self.proxy_node is not None and node.name == self.proxy_node.name):
+            return
+        script = _proxy_script(self.sc, inv)
+        out.add("start_proxy.sh", script.render(), f"{wd}/start_proxy.sh", 0o755)
+        env, argv, scope = script.resolve({})
+        out.procs.append(Process.make(
+            id=f"{node.name}/proxy", node=node.name, kind="proxy", script=f"{wd}/start_proxy.sh",
+            cwd=wd, env=env, unset=sorted(scope.unset), argv=argv, log=f"{self.logs}/proxy.log",
+            api=f"http://{node.local_ip}:{inv.ports.proxy}",
+            ports=[PortUse.make(port=inv.ports.proxy, purpose="PD proxy (--port)")]))
+
+    # ---- what the suite expects of the running deployment
+    def _metaservice_expect(self) -> MetaExpect | None:
+        sc, inv, meta_node = self.sc, self.inv, self.meta_node
+        if meta_node is None:
+            return None
         meta = MetaExpect.make(url=f"tcp://{meta_node.local_ip}:{inv.ports.meta_service}",
                                metrics_url=f"http://{meta_node.local_ip}:{inv.ports.meta_metrics}")
         if sc.pool == "providers":
             sizes = [memcache.member_bytes(n) for n in inv.nodes if n.role in sc.roles]
             meta = meta.model_copy(update=dict(segments=len(sizes), total_bytes=sum(sizes),
                                                segment_bytes=sizes[0] if len(set(sizes)) == 1 else None))
-    expect = Expect.make(
-        served_name=sc.served_name, model_path=model, max_model_len=sc.max_model_len,
-        apis=apis, entrypoint=proxy_url or apis[0].url, proxy=proxy_url,
-        proxy_instances=_proxy_instances(apis) if proxy_url else {},
-        dp_groups={k: dict(sorted(v.items())) for k, v in dp_groups.items()},
-        pp_groups={k: dict(sorted(v.items())) for k, v in pp_groups.items()},
-        headless=headless, metaservice=meta,
-        ports={n.name: [p for proc in n.all_processes() for p in proc.ports] for n in node_plans},
-        language_model_only=sc.language_model_only,
-        parsers=sc.family not in ("k31_a5", "k3_pd") or parsers, kv_connector=sc.pd, external_pool=sc.pool != "none",
-        dp_routing=not sc.pd,
-    )
-    rendered.plan = Plan.make(
-        scenario=sc.id, title=sc.title, seed=sc.seed, section=sc.section, target=target, platform=sc.platform,
-        options=opts, inventory=inventory_name, nodes=node_plans, stages=_stages(sc, inv, node_plans, heads, proxy_node),
-        expect=expect, deviations=[Deviation.make(**d) for d in deviations.for_scenario(sc, opts, target)
-                                    + (profiles.deviations(inv.lab.profile) if target == "lab" else [])],
-    )
-    _check_port_ceiling(node_plans)
-    return rendered
+        return meta
+
+    def expect(self) -> Expect:
+        sc, apis, dp_groups = self.sc, self.apis, self.dp_groups
+        if self.mixed_ranks:
+            dp_groups["mixed"] = dict(sorted(self.mixed_ranks.items()))
+        proxy_url = f"http://{self.proxy_node.local_ip}:{self.inv.ports.proxy}" if sc.pd and self.proxy_node else None
+        return Expect.make(
+            served_name=sc.served_name, model_path=self.model, max_model_len=sc.max_model_len,
+            apis=apis, entrypoint=proxy_url or apis[0].url, proxy=proxy_url,
+            proxy_instances=_proxy_instances(apis) if proxy_url else {},
+            dp_groups={k: dict(sorted(v.items())) for k, v in dp_groups.items()},
+            pp_groups={k: dict(sorted(v.items())) for k, v in self.pp_groups.items()},
+            headless=self.headless, metaservice=self._metaservice_expect(),
+            ports={n.name: [p for proc in n.all_processes() for p in proc.ports] for n in self.node_plans},
+            language_model_only=sc.language_model_only,
+            parsers=sc.family not in ("k31_a5", "k3_pd") or self.parsers, kv_connector=sc.pd,
+            external_pool=sc.pool != "none", dp_routing=not sc.pd,
+        )
+
+    def deviations(self) -> list[Deviation]:
+        found = deviations.for_scenario(self.sc, self.opts, self.target)
+        if self.target == "lab":
+            found += profiles.deviations(self.inv.lab.profile)
+        return [Deviation.make(**d) for d in found]
+
+
+def _engine_ports(node: Node, env: dict[str, str], argv: list[str], pp_rank: int | None,
+                  is_headless: bool) -> list[PortUse]:
+    """The ports one ``vllm serve`` binds: API, PP master, DP RPC on rank 0, Mooncake, HCCL."""
+    ports: list[PortUse] = []
+    if not is_headless:
+        ports.append(PortUse.make(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
+    if pp_rank == 0 and _flag(argv, "--master-port"):
+        ports.append(PortUse.make(port=int(_flag(argv, "--master-port")), purpose="PP master (--master-port)"))
+    if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
+        ports.append(PortUse.make(port=int(_flag(argv, "--data-parallel-rpc-port")), purpose=DP_RPC_PURPOSE))
+    return ports + _kv_ports(argv, pp_rank or 0, 0) + _hccl_ports(env)
 
 
 def _port_field(purpose: str, role: str) -> str:
@@ -454,35 +525,52 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
                ("metaservice", "provider", "engine", "launcher", "proxy")}
     starters = by_kind["engine"] + by_kind["launcher"]
     head_names = {h.name for h in heads.values()}
-    long = 7200.0  # the guides allow hours for engine readiness on hardware; the sim target scales it
     stages: list[Stage] = []
     if by_kind["metaservice"]:
-        ms = by_kind["metaservice"][0]
-        host = ms.api.split("//")[1].split(":")[0]
-        stages.append(Stage.make(name="metaservice", processes=[ms.id], timeout_s=300, gates=[
-            Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.meta_service}", process=ms.id),
-            Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.config_store}", process=ms.id),
-            Gate.make(kind="http", node=ms.node, target=f"{ms.api}/health", process=ms.id)]))
+        stages.append(_metaservice_stage(inv, by_kind["metaservice"][0]))
     if by_kind["provider"]:
-        ms = by_kind["metaservice"][0]
-        gates = [Gate.make(kind="log", node=p.node, target="Successfully initialized memcache.", process=p.id)
-                 for p in by_kind["provider"]]
-        gates.append(Gate.make(kind="metaservice_capacity", node=ms.node, target=f"{ms.api}/metrics", process=ms.id,
-                               expect=sum(memcache.member_bytes(inv.node(p.node)) for p in by_kind["provider"])))
-        stages.append(Stage.make(name="providers", processes=[p.id for p in by_kind["provider"]], gates=gates,
-                                 timeout_s=600))
-    head_procs = [p for p in starters if p.node in head_names]
+        stages.append(_providers_stage(inv, by_kind["metaservice"][0], by_kind["provider"]))
+    stages.append(_heads_stage(sc, inv, nodes, [p for p in starters if p.node in head_names]))
+    stages.append(_workers_stage(nodes, starters, [p for p in starters if p.node not in head_names]))
+    if by_kind["proxy"]:
+        stages.append(_proxy_stage(nodes, by_kind["proxy"][0]))
+    return stages
+
+
+_LONG_S = 7200.0  # the guides allow hours for engine readiness on hardware; the sim target scales it
+
+
+def _metaservice_stage(inv: Inventory, ms: Process) -> Stage:
+    host = ms.api.split("//")[1].split(":")[0]
+    return Stage.make(name="metaservice", processes=[ms.id], timeout_s=300, gates=[
+        Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.meta_service}", process=ms.id),
+        Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.config_store}", process=ms.id),
+        Gate.make(kind="http", node=ms.node, target=f"{ms.api}/health", process=ms.id)])
+
+
+def _providers_stage(inv: Inventory, ms: Process, providers: list[Process]) -> Stage:
+    gates = [Gate.make(kind="log", node=p.node, target="Successfully initialized memcache.", process=p.id)
+             for p in providers]
+    gates.append(Gate.make(kind="metaservice_capacity", node=ms.node, target=f"{ms.api}/metrics", process=ms.id,
+                           expect=sum(memcache.member_bytes(inv.node(p.node)) for p in providers)))
+    return Stage.make(name="providers", processes=[p.id for p in providers], gates=gates, timeout_s=600)
+
+
+def _heads_stage(sc: Scenario, inv: Inventory, nodes: list[NodePlan], head_procs: list[Process]) -> Stage:
+    """Heads are up when their PP master or DP RPC port listens."""
     head_gates = []
     for p in head_procs:
         node = next(n for n in nodes if n.name == p.node)
         if node.role == "prefill" and sc.family != "k3_pd":
-            head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{inv.ports.master}",
-                                        process=p.id))
+            port = inv.ports.master
         else:
-            rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
-            head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{rpc}", process=p.id))
-    stages.append(Stage.make(name="heads", processes=[p.id for p in head_procs], gates=head_gates, timeout_s=long))
-    workers = [p for p in starters if p.node not in head_names]
+            port = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
+        head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{port}", process=p.id))
+    return Stage.make(name="heads", processes=[p.id for p in head_procs], gates=head_gates, timeout_s=_LONG_S)
+
+
+def _workers_stage(nodes: list[NodePlan], starters: list[Process], workers: list[Process]) -> Stage:
+    """After the workers, every engine API answers /health and /v1/models."""
     api_gates = []
     for n in nodes:
         for p in n.all_processes():
@@ -490,16 +578,16 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
                 owner = p.id if p in starters else next(q.id for q in n.processes if p in q.children)
                 api_gates.append(Gate.make(kind="http", node=n.name, target=f"{p.api}/health", process=owner))
                 api_gates.append(Gate.make(kind="http", node=n.name, target=f"{p.api}/v1/models", process=owner))
-    stages.append(Stage.make(name="workers", processes=[p.id for p in workers], gates=api_gates, timeout_s=long))
-    if by_kind["proxy"]:
-        # only what every proxy release has: /healthcheck with its instance counts (/v1/models came after 0.23)
-        px = by_kind["proxy"][0]
-        apis = [ApiEndpoint.make(node=n.name, url=p.api, role=n.role, dp_ranks=[])
-                for n in nodes for p in n.all_processes() if p.kind == "engine" and p.api]
-        stages.append(Stage.make(name="proxy", processes=[px.id], timeout_s=120, gates=[
-            Gate.make(kind="proxy_instances", node=px.node, target=f"{px.api}/healthcheck", process=px.id,
-                      instances=_proxy_instances(apis))]))
-    return stages
+    return Stage.make(name="workers", processes=[p.id for p in workers], gates=api_gates, timeout_s=_LONG_S)
+
+
+def _proxy_stage(nodes: list[NodePlan], px: Process) -> Stage:
+    # only what every proxy release has: /healthcheck with its instance counts (/v1/models came after 0.23)
+    apis = [ApiEndpoint.make(node=n.name, url=p.api, role=n.role, dp_ranks=[])
+            for n in nodes for p in n.all_processes() if p.kind == "engine" and p.api]
+    return Stage.make(name="proxy", processes=[px.id], timeout_s=120, gates=[
+        Gate.make(kind="proxy_instances", node=px.node, target=f"{px.api}/healthcheck", process=px.id,
+                  instances=_proxy_instances(apis))])
 
 
 # ------------------------------------------------------------------------------------ output
