@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from k3lab.errors import UsageError
+from k3lab.model import families
 
 Platform = Literal["A3", "A2", "950DT"]
 DEVICES = {"A3": 16, "A2": 8, "950DT": 8}
@@ -139,7 +140,7 @@ def option_applies(key: str, sc: Scenario) -> bool:
     if key == "draft":
         return sc.dspark != "never"
     if key == "parsers":
-        return sc.family in ("k31_a5", "k3_pd")
+        return families.MODELS[sc.family].parsers_option
     return False
 
 

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+from k3lab.model import families
 from k3lab.model.catalog import Scenario
 
 # The vllm-ascend release whose example programs (the proxy, launch_online_dp.py) the sim runs per guide.
@@ -17,11 +18,6 @@ SIM_VLLM_ASCEND_K31 = "0.30.0rc2"
 def sim_vllm_ascend(seed: str) -> str:
     """The vllm-ascend release whose examples the simulator runs for a scenario of this guide."""
     return SIM_VLLM_ASCEND_K3 if "0.23.0" in seed else SIM_VLLM_ASCEND_K31
-
-
-def needs_hash_seed(sc: Scenario, role: str) -> bool:
-    """Engines that transfer KV but whose guide template sets no PYTHONHASHSEED."""
-    return (sc.family == "k3_pd" and role == "decode") or (sc.family == "k31_a5" and not sc.params.get("pooled"))
 
 
 def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[str, str]]:
@@ -39,48 +35,7 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
     add("launch-wrapper", "kit", "each node's engine is started by launch.sh (cd to the work dir, then the guide's "
         "bash or launch_online_dp.py command), launch_online_dp.py is copied from the image's vllm-ascend examples",
         "the guides say to place the launcher beside run_dp_template.sh and run it from that directory")
-    if sc.family == "k3_pd":
-        add("k3-pp-size", "seed", "drops --pp-size 1 from the launch_online_dp.py command (K3 §5.1.2.3)",
-            "the real launch_online_dp.py has no --pp-size option and exits with 'unrecognized arguments'")
-        add("k3-mmc-local", "seed", "mmc-local.conf for the Prefill engine clients uses the K3.1 Pro A3 reference keys "
-            "with dram.size = 1GB", "K3 §5.1.2.1 only says to adapt the package examples; with no standalone providers "
-            "the engine clients are the only pool members, so they must contribute DRAM")
-        add("k3-metaservice-host", "kit", "the MetaService runs on its own node 'meta' by default",
-            "K3 §5.1.2.1 does not say where; any node works and the inventory can place it")
-        if opts.get("parsers", "on") == "on":
-            add("k3-pd-parsers", "seed", "adds --enable-auto-tool-choice --reasoning-parser kimi_k3 "
-                "--tool-call-parser kimi_k3 to both PD templates",
-                "K3 §10 says all three are required for reasoning and tool calling, but the §5.1.2 templates omit "
-                "them: without them reasoning markers leak into content and tool_choice auto gets HTTP 400 "
-                "(option parsers=off renders the templates as written)")
-        add("k3-proxy", "seed", "the proxy registers all eight P and eight D engine APIs",
-            "K3 §5.1.2.3 defers the proxy to the Mooncake PD tutorial, which registers every engine API")
-    if needs_hash_seed(sc, "decode"):
-        add("hash-seed", "seed", "launch.sh exports PYTHONHASHSEED=0 where the guide's template sets none",
-            "engines that transfer KV must hash prefixes identically; the guide sets it on the other role only "
-            "or nowhere")
-    if sc.family == "k31_a3_pooled":
-        add("a3-pooled-kv-ports", "seed", "Mooncake kv_port 36000/36200 instead of the reference 33100/33500",
-            "33100 and 33500 lie inside the Mooncake transfer-engine range [20000, 36000) of a 16-device A3 node")
-    if sc.family == "k31_a3" and "draft" in opts:
-        add("a3-dspark-option", "seed", "DSpark3 --speculative-config reconstructed from the Key PD Settings table "
-            "and §5.3.5 (draft TP 4/16, 3 tokens, bfloat16 draft cache, eager on Prefill only)",
-            "the 'Add the following option' text of §5.1.1 is missing from the guide")
-    if sc.family == "k31_a5":
-        if opts.get("parsers", "on") == "on":
-            add("a5-parsers", "seed", "adds --enable-auto-tool-choice --reasoning-parser kimi_k3 --tool-call-parser kimi_k3",
-                "the 950DT templates set only --tokenizer-mode; §5.1.1 and §10 say to configure the parsers together "
-                "for reasoning and tool calling (option parsers=off renders the bare template)")
-        add("a5-engine-id", "kit", "ENGINE_ID is 'prefill' on every P node (one PP engine) and 'decode<rank>' on "
-            "each D node (inventory engine_id overrides)",
-            "the guide asks for a unique <PREFILL_ENGINE_ID>/<DECODE_ENGINE_ID> per engine; the four P nodes form one "
-            "engine, each D node is its own")
-        if sc.params.get("pooled"):
-            add("a5-mmc-protocol", "seed", "950DT client configs use protocol device_sdma like the A3 reference",
-                "§5.3.2 gives no 950DT protocol; set the one your fabric supports (device_urma/device_uboe)")
-    if sc.pool != "none" and sc.family != "k3_pd":
-        add("metaservice-host", "kit", "the MetaService runs on its own node 'meta' by default",
-            "the guide allows a separate MetaService host; the inventory can place it on any node")
+    out += families.model_of(sc).deviations(sc, opts)  # the family's own, hash seed and pool host included
     if sc.pd:
         add("proxy-node", "kit", "the proxy runs on P0's node by default, with proxy variables unset",
             "the guide names a 'Proxy node' without fixing it; httpx honours proxy variables, which would "

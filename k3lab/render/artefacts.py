@@ -38,8 +38,9 @@ from k3lab.model.plan import (
 )
 from k3lab.model.plan import flag as _flag
 from k3lab.render import memcache, profiles
-from k3lab.render.scripts import ENGINE_SCRIPTS, PROXY_VARS, Cmd, Ctx, export, runtime_env_effect
-from k3lab.render.shell import Line, Raw, Script, Source, Unset, w, words
+from k3lab.render.families import Family, family
+from k3lab.render.scripts import PROXY_VARS, Cmd, Ctx
+from k3lab.render.shell import Line, Raw, Script, Unset, words
 
 LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
@@ -221,7 +222,7 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
     rendered.plan = Plan.make(
         scenario=sc.id, title=sc.title, seed=sc.seed, section=sc.section, target=target, platform=sc.platform,
         options=opts, inventory=inventory_name, nodes=b.node_plans,
-        stages=_stages(sc, inv, b.node_plans, b.heads, b.proxy_node), expect=b.expect(), deviations=b.deviations(),
+        stages=_stages(b.family, inv, b.node_plans, b.heads), expect=b.expect(), deviations=b.deviations(),
     )
     _check_port_ceiling(b.node_plans)
     return rendered
@@ -248,6 +249,7 @@ class _Build:
 
     def __init__(self, sc: Scenario, inv: Inventory, opts: dict[str, str], target: str, run_label: str | None):
         self.sc, self.inv, self.opts, self.target, self.run_label = sc, inv, opts, target, run_label
+        self.family = family(sc)
         self.model = inv.model_path or sc.model_path
         self.draft = self._draft()
         self.parsers = opts.get("parsers", "on") == "on"
@@ -282,10 +284,10 @@ class _Build:
     def memcache_processes(self, out: _NodeOut) -> None:
         sc, inv, node, wd, logs = self.sc, self.inv, out.node, self.wd, self.logs
         if sc.pool != "none":
-            for name, (text, path) in memcache.files_for(sc, inv, node, self.meta_node).items():
+            for name, (text, path) in self.family.memcache_files(sc, inv, node, self.meta_node).items():
                 out.add(name, text, path, 0o755 if name.endswith((".sh", ".py")) else 0o644)
         if self.meta_node is not None and node.name == self.meta_node.name:
-            script = memcache.metaservice_script(sc, inv)
+            script = self.family.metaservice_script(inv)
             out.add("start_metaservice.sh", script.render(), f"{wd}/start_metaservice.sh", 0o755)
             env, argv, scope = script.resolve({})
             out.procs.append(Process.make(
@@ -310,11 +312,11 @@ class _Build:
         ctx = Ctx(sc=sc, inv=inv, node=node, model=self.model, draft=self.draft,
                   head_ip=self.heads[node.role].local_ip, parsers=self.parsers,
                   engine_id=node.engine_id or _default_engine_id(node))
-        engine = ENGINE_SCRIPTS[sc.family](ctx)
-        launcher_style = sc.family == "k3_pd" or (sc.pd and node.role == "decode")
+        engine = self.family.engine_script(ctx)
+        launcher_style = self.family.uses_launcher(sc, node.role)
         engine_name = "run_dp_template.sh" if sc.pd else "start_engine.sh"
         out.add(engine_name, engine.render(), f"{wd}/{engine_name}", 0o755)
-        launch = _launch_script(sc, inv, node, self.heads, launcher_style, engine_name)
+        launch = _launch_script(self.family, sc, inv, node, self.heads, launcher_style, engine_name)
         out.add("launch.sh", launch.render(), f"{wd}/launch.sh", 0o755)
         if launcher_style:
             self._launcher(out, engine, launch, engine_name)
@@ -381,7 +383,7 @@ class _Build:
         node, inv, wd = out.node, self.inv, self.wd
         if not (self.sc.pd and self.proxy_node is not None and node.name == self.proxy_node.name):
             return
-        script = _proxy_script(self.sc, inv)
+        script = _proxy_script(self.family, inv)
         out.add("start_proxy.sh", script.render(), f"{wd}/start_proxy.sh", 0o755)
         env, argv, scope = script.resolve({})
         out.procs.append(Process.make(
@@ -417,7 +419,7 @@ class _Build:
             headless=self.headless, metaservice=self._metaservice_expect(),
             ports={n.name: [p for proc in n.all_processes() for p in proc.ports] for n in self.node_plans},
             language_model_only=sc.language_model_only,
-            parsers=sc.family not in ("k31_a5", "k3_pd") or self.parsers, kv_connector=sc.pd,
+            parsers=not self.family.parsers_option or self.parsers, kv_connector=sc.pd,
             external_pool=sc.pool != "none", dp_routing=not sc.pd,
         )
 
@@ -479,22 +481,17 @@ def _hccl_ports(env: dict[str, str]) -> list[PortUse]:
     return []
 
 
-def _launch_script(sc: Scenario, inv: Inventory, node: Node, heads: dict[str, Node], launcher: bool,
+def _launch_script(fam: Family, sc: Scenario, inv: Inventory, node: Node, heads: dict[str, Node], launcher: bool,
                    engine_name: str) -> Script:
     """How the kit starts the engine: the guide's launcher command, or ``bash`` on the script."""
     wd = inv.paths.workdir
     st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Line(words("cd", wd))]
-    if sc.family == "k31_a5" and sc.params.get("pooled"):
-        # K3.1 Pro §5.3.6: MF runtime environment plus the node's client config in the launch shell.
-        st += [Source(w(f"{inv.paths.memcache_config_dir}/runtime_env.sh"), effect=runtime_env_effect),
-               export("MMC_LOCAL_CONFIG_PATH", f"{inv.paths.memcache_config_dir}/nodes/{node.name}/mmc-local.conf")]
-    elif deviations.needs_hash_seed(sc, node.role):
-        st.append(export("PYTHONHASHSEED", 0))
+    st += fam.launch_prelude(sc, inv, node)
     if launcher:
         src = f"{inv.paths.vllm_ascend_source_dir}/{LAUNCHER}"
         group_ip = heads[node.role].local_ip
         rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
-        dp = sc.roles[node.role] if sc.family == "k3_pd" else 4
+        dp = fam.launcher_dp_size(sc, node.role)
         tp = sc.devices  # one DP rank per node uses every device
         st.append(Line(words("cp", src, "./launch_online_dp.py")))
         c = Cmd("python", "launch_online_dp.py")("--dp-size", dp)("--tp-size", tp)("--dp-size-local", 1)
@@ -505,21 +502,16 @@ def _launch_script(sc: Scenario, inv: Inventory, node: Node, heads: dict[str, No
     return Script(st)
 
 
-def _proxy_script(sc: Scenario, inv: Inventory) -> Script:
-    prefill = inv.by_role("prefill")
+def _proxy_script(fam: Family, inv: Inventory) -> Script:
+    prefill = fam.proxy_prefills(inv.by_role("prefill"))
     decode = inv.by_role("decode")
-    if sc.family == "k3_pd":
-        p_hosts, p_ports = [n.local_ip for n in prefill], [inv.ports.api] * len(prefill)
-    else:  # K3.1 Pro: register only P0 (§5.1.2)
-        p_hosts, p_ports = [prefill[0].local_ip], [inv.ports.api]
     c = Cmd("python", f"{inv.paths.vllm_ascend_source_dir}/{PROXY}")("--host", "0.0.0.0")("--port", inv.ports.proxy)
-    c("--workers", 1)("--prefiller-hosts", *p_hosts)("--prefiller-ports", *p_ports)
+    c("--workers", 1)("--prefiller-hosts", *[n.local_ip for n in prefill])("--prefiller-ports", *[inv.ports.api] * len(prefill))
     c("--decoder-hosts", *[n.local_ip for n in decode])("--decoder-ports", *[inv.ports.api] * len(decode))
     return Script([Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Unset(PROXY_VARS), c.done(exec_=True)])
 
 
-def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str, Node],
-            proxy_node: Node | None) -> list[Stage]:
+def _stages(fam: Family, inv: Inventory, nodes: list[NodePlan], heads: dict[str, Node]) -> list[Stage]:
     """The documented start order (and its gates): MetaService, providers, heads, workers, proxy."""
     by_kind = {k: [p for n in nodes for p in n.processes if p.kind == k] for k in
                ("metaservice", "provider", "engine", "launcher", "proxy")}
@@ -530,7 +522,7 @@ def _stages(sc: Scenario, inv: Inventory, nodes: list[NodePlan], heads: dict[str
         stages.append(_metaservice_stage(inv, by_kind["metaservice"][0]))
     if by_kind["provider"]:
         stages.append(_providers_stage(inv, by_kind["metaservice"][0], by_kind["provider"]))
-    stages.append(_heads_stage(sc, inv, nodes, [p for p in starters if p.node in head_names]))
+    stages.append(_heads_stage(fam, inv, nodes, [p for p in starters if p.node in head_names]))
     stages.append(_workers_stage(nodes, starters, [p for p in starters if p.node not in head_names]))
     if by_kind["proxy"]:
         stages.append(_proxy_stage(nodes, by_kind["proxy"][0]))
@@ -556,15 +548,12 @@ def _providers_stage(inv: Inventory, ms: Process, providers: list[Process]) -> S
     return Stage.make(name="providers", processes=[p.id for p in providers], gates=gates, timeout_s=600)
 
 
-def _heads_stage(sc: Scenario, inv: Inventory, nodes: list[NodePlan], head_procs: list[Process]) -> Stage:
+def _heads_stage(fam: Family, inv: Inventory, nodes: list[NodePlan], head_procs: list[Process]) -> Stage:
     """Heads are up when their PP master or DP RPC port listens."""
     head_gates = []
     for p in head_procs:
         node = next(n for n in nodes if n.name == p.node)
-        if node.role == "prefill" and sc.family != "k3_pd":
-            port = inv.ports.master
-        else:
-            port = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
+        port = fam.head_port(inv, node.role)
         head_gates.append(Gate.make(kind="tcp", node=node.name, target=f"{node.address}:{port}", process=p.id))
     return Stage.make(name="heads", processes=[p.id for p in head_procs], gates=head_gates, timeout_s=_LONG_S)
 

@@ -79,15 +79,18 @@ def local_conf(ip: str, inv: Inventory, dram: str, protocol: str = GUIDE_PROTOCO
             "ock.mmc.local_service.max.dram.size = 1024GB\n")
 
 
-def files_for(sc: Scenario, inv: Inventory, node: Node, meta: Node | None) -> dict[str, tuple[str, str]]:
-    """Pool files one node needs: artefact name -> (text, path in the container)."""
+def files_for(sc: Scenario, inv: Inventory, node: Node, meta: Node | None, runtime_env: bool,
+              engine_conf: str | None) -> dict[str, tuple[str, str]]:
+    """Pool files one node needs: artefact name -> (text, path in the container).
+
+    ``runtime_env``: the family's MemCache nodes source runtime_env.sh; ``engine_conf``: where this
+    node's engine client config goes when its family gives engines their own (else none)."""
     if meta is None:
         return {}
     d = inv.paths.memcache_config_dir
-    k31 = sc.family != "k3_pd"
     out: dict[str, tuple[str, str]] = {}
     engine = node.role in ("prefill", "decode")
-    if k31 and (node.name == meta.name or engine):
+    if runtime_env and (node.name == meta.name or engine):
         out["runtime_env.sh"] = (RUNTIME_ENV, f"{d}/runtime_env.sh")
     if node.name == meta.name:
         out["mmc-meta.conf"] = (meta_conf(meta.local_ip, inv), f"{d}/mmc-meta.conf")
@@ -97,22 +100,24 @@ def files_for(sc: Scenario, inv: Inventory, node: Node, meta: Node | None) -> di
         out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, "0GB", proto), f"{d}/mmc-local.conf")
         out["mmc-local-standalone.conf"] = (local_conf(meta.local_ip, inv, dram, proto), f"{d}/mmc-local-standalone.conf")
         out["memcache_standalone.py"] = (STANDALONE, f"{d}/memcache_standalone.py")
-    elif sc.family == "k31_a5" and engine:
-        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, dram, proto), f"{d}/nodes/{node.name}/mmc-local.conf")
-    elif sc.family == "k3_pd" and node.role == "prefill":
-        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, dram, proto), f"{d}/mmc-local.conf")
+    elif engine_conf:
+        out["mmc-local.conf"] = (local_conf(meta.local_ip, inv, dram, proto), engine_conf)
     return out
 
 
-def metaservice_script(sc: Scenario, inv: Inventory) -> Script:
+def metaservice_script_k3(inv: Inventory) -> Script:
+    """K3 §5.1.2.1."""
     d = inv.paths.memcache_config_dir
-    st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail")]
-    if sc.family == "k3_pd":  # K3 §5.1.2.1
-        st += [export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"), Cmd("python", "-c", META_START).done(exec_=True)]
-    else:  # K3.1 Pro §5.3.3
-        st += [Source(w(f"{d}/runtime_env.sh"), effect=runtime_env_effect), export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"),
-               Cmd(w(Var("MEMC_PYTHON")), "-u", "-c", META_START).done(exec_=True)]
-    return Script(st)
+    return Script([Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"),
+                   Cmd("python", "-c", META_START).done(exec_=True)])
+
+
+def metaservice_script_k31(inv: Inventory) -> Script:
+    """K3.1 Pro §5.3.3."""
+    d = inv.paths.memcache_config_dir
+    return Script([Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"),
+                   Source(w(f"{d}/runtime_env.sh"), effect=runtime_env_effect), export("MMC_META_CONFIG_PATH", f"{d}/mmc-meta.conf"),
+                   Cmd(w(Var("MEMC_PYTHON")), "-u", "-c", META_START).done(exec_=True)])
 
 
 def provider_script(inv: Inventory) -> Script:

@@ -493,5 +493,3 @@ def k31_a5(ctx: Ctx) -> Script:
     return Script([*st, c.done()])
 
 
-ENGINE_SCRIPTS = {"k3_mixed": k3_mixed, "k3_a2": k3_a2, "k3_pd": k3_pd, "k31_a3": k31_a3,
-                  "k31_a3_pooled": k31_a3_pooled, "k31_a5": k31_a5}
