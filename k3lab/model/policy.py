@@ -228,31 +228,7 @@ def _field(loc: tuple) -> str:
 
 
 def parse(text: str | bytes, source: str = "<policy>") -> Policy:
-    raw = text.encode() if isinstance(text, str) else text
-    if len(raw) > MAX_BYTES:
-        raise PolicyError(f"{source}: {len(raw)} bytes, over the {MAX_BYTES}-byte limit for a policy file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PolicyError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        depth = 0
-        for tok in yaml.scan(text, Loader=yaml.CSafeLoader):
-            if isinstance(tok, (yaml.AnchorToken, yaml.AliasToken)):
-                raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: YAML anchors and aliases are not "
-                                  "allowed in a policy (write the values out)")
-            if isinstance(tok, (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
-                                yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: nested deeper than {MAX_DEPTH}")
-            elif isinstance(tok, (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)):
-                depth -= 1
-        doc = yaml.load(text, Loader=_NoDupLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise PolicyError(f"{source}: {where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    doc = _load_yaml(_decode(text, source), source)
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -263,6 +239,43 @@ def parse(text: str | bytes, source: str = "<policy>") -> Policy:
         lines = [f"{_field(e['loc'])}: {e['msg']}" + (f" (got {e['input']!r:.60})" if e["type"] != "missing" else "")
                  for e in exc.errors()[:10]]
         raise PolicyError(f"{source}: invalid policy:\n  " + "\n  ".join(lines)) from None
+
+
+def _decode(text: str | bytes, source: str) -> str:
+    """The policy as text, within the size limit."""
+    raw = text.encode() if isinstance(text, str) else text
+    if len(raw) > MAX_BYTES:
+        raise PolicyError(f"{source}: {len(raw)} bytes, over the {MAX_BYTES}-byte limit for a policy file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    """Parse after the token checks (no anchors, bounded depth), so hostile YAML fails before it is built."""
+    try:
+        _check_tokens(text, source)
+        return yaml.load(text, Loader=_NoDupLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise PolicyError(f"{source}: {where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def _check_tokens(text: str, source: str) -> None:
+    depth = 0
+    for tok in yaml.scan(text, Loader=yaml.CSafeLoader):
+        if isinstance(tok, (yaml.AnchorToken, yaml.AliasToken)):
+            raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: YAML anchors and aliases are not "
+                              "allowed in a policy (write the values out)")
+        if isinstance(tok, (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+                            yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: nested deeper than {MAX_DEPTH}")
+        elif isinstance(tok, (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)):
+            depth -= 1
 
 
 def load(path: str | Path | None = None) -> Policy:

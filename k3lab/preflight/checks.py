@@ -176,6 +176,12 @@ def _config(root: Path, model_path: str | None) -> dict | None:
        "dp_rank_start + dp_size_local MUST stay within dp_size.",
        "give each node of the group a unique rank from 0 to DP size - 1.")
 def _dp_ranks(f: Facts):
+    for role, members in _dp_groups(f).items():
+        yield from _dp_group_findings(role, members)
+
+
+def _dp_groups(f: Facts) -> dict[str, list[tuple[int, Engine]]]:
+    """Role -> (DP rank, engine) for every rank an engine claims (a launcher child, or a start rank + local size)."""
     groups: dict[str, list[tuple[int, Engine]]] = defaultdict(list)
     for e in f.engines:
         if e.proc.positional:
@@ -185,19 +191,22 @@ def _dp_ranks(f: Facts):
             local = iflag(e.argv, "--data-parallel-size-local", 1)
             for r in range(start, start + local):
                 groups[e.role].append((r, e))
-    for role, members in groups.items():
-        size = members[0][1].dp
-        ranks = Counter(r for r, _ in members)
-        dup = sorted(r for r, c in ranks.items() if c > 1)
-        missing = sorted(set(range(size)) - set(ranks))
-        extra = sorted(r for r in ranks if r >= size or r < 0)
-        nodes = tuple(sorted({e.node for r, e in members if r in dup or r in extra}))
-        if dup:
-            yield f"{role} DP group: rank(s) {dup} claimed more than once (nodes {', '.join(nodes)}).", nodes
-        if extra:
-            yield f"{role} DP group: rank(s) {extra} outside 0..{size - 1}.", nodes
-        if missing:
-            yield f"{role} DP group of size {size}: rank(s) {missing} unclaimed.", ()
+    return groups
+
+
+def _dp_group_findings(role: str, members: list[tuple[int, Engine]]):
+    size = members[0][1].dp
+    ranks = Counter(r for r, _ in members)
+    dup = sorted(r for r, c in ranks.items() if c > 1)
+    missing = sorted(set(range(size)) - set(ranks))
+    extra = sorted(r for r in ranks if r >= size or r < 0)
+    nodes = tuple(sorted({e.node for r, e in members if r in dup or r in extra}))
+    if dup:
+        yield f"{role} DP group: rank(s) {dup} claimed more than once (nodes {', '.join(nodes)}).", nodes
+    if extra:
+        yield f"{role} DP group: rank(s) {extra} outside 0..{size - 1}.", nodes
+    if missing:
+        yield f"{role} DP group of size {size}: rank(s) {missing} unclaimed.", ()
 
 
 @check("PF-PP-RANKS", "error", "PP node ranks of each PP group MUST cover 0..nnodes-1 exactly once.",
@@ -208,22 +217,31 @@ def _pp_ranks(f: Facts):
         if flag(e.argv, "--nnodes"):
             groups[e.role].append((iflag(e.argv, "--node-rank", 0), e))
     for role, members in groups.items():
-        n = iflag(members[0][1].argv, "--nnodes", 1)
-        ranks = Counter(r for r, _ in members)
-        bad = sorted(r for r, c in ranks.items() if c > 1 or r >= n)
-        missing = sorted(set(range(n)) - set(ranks))
-        if bad:
-            nodes = tuple(e.node for r, e in members if r in bad)
-            yield f"{role} PP group: node rank(s) {bad} duplicated or >= nnodes {n} ({', '.join(nodes)}).", nodes
-        if missing:
-            yield f"{role} PP group: node rank(s) {missing} unclaimed.", ()
-        heads = [e for r, e in members if r == 0]
-        for r, e in members:
-            if (r == 0) == ("--headless" in e.argv):
-                yield f"{e.node}: PP node rank {r} must {'not ' if r == 0 else ''}run --headless.", (e.node,)
-        if heads and any(flag(e.argv, "--master-addr") != heads[0].address for _, e in members):
-            bad_nodes = tuple(e.node for _, e in members if flag(e.argv, "--master-addr") != heads[0].address)
-            yield f"{role} PP group: --master-addr must be P0's address {heads[0].address} on {', '.join(bad_nodes)}.", bad_nodes
+        yield from _pp_group_findings(role, members)
+
+
+def _pp_group_findings(role: str, members: list[tuple[int, Engine]]):
+    n = iflag(members[0][1].argv, "--nnodes", 1)
+    ranks = Counter(r for r, _ in members)
+    bad = sorted(r for r, c in ranks.items() if c > 1 or r >= n)
+    missing = sorted(set(range(n)) - set(ranks))
+    if bad:
+        nodes = tuple(e.node for r, e in members if r in bad)
+        yield f"{role} PP group: node rank(s) {bad} duplicated or >= nnodes {n} ({', '.join(nodes)}).", nodes
+    if missing:
+        yield f"{role} PP group: node rank(s) {missing} unclaimed.", ()
+    yield from _pp_head_findings(role, members)
+
+
+def _pp_head_findings(role: str, members: list[tuple[int, Engine]]):
+    """Rank 0 is the PP master (not headless), the others run headless and point at its address."""
+    heads = [e for r, e in members if r == 0]
+    for r, e in members:
+        if (r == 0) == ("--headless" in e.argv):
+            yield f"{e.node}: PP node rank {r} must {'not ' if r == 0 else ''}run --headless.", (e.node,)
+    if heads and any(flag(e.argv, "--master-addr") != heads[0].address for _, e in members):
+        bad_nodes = tuple(e.node for _, e in members if flag(e.argv, "--master-addr") != heads[0].address)
+        yield f"{role} PP group: --master-addr must be P0's address {heads[0].address} on {', '.join(bad_nodes)}.", bad_nodes
 
 
 @check("PF-DEVICES", "error", "Each engine's visible devices MUST exist on the platform, be disjoint on a node, "
@@ -340,25 +358,33 @@ def _pd_sizes(f: Facts):
         if kv.get("kv_role") != want_role:
             yield f"{e.node}: kv_role {kv.get('kv_role')!r} on {e.role}, expected {want_role}.", (e.node,)
         for child in e.kv_children():
-            if "kv_role" not in child:
-                yield f"{e.node}: connector {child.get('kv_connector')} has no kv_role.", (e.node,)
-            elif child["kv_role"] != want_role:
-                yield f"{e.node}: connector {child.get('kv_connector')} kv_role {child['kv_role']} on {e.role}.", (e.node,)
+            yield from _kv_child_role(e, child, want_role)
             if not str(child.get("kv_connector", "")).startswith("MooncakeConnector"):
                 continue
             if "engine_id" in child:
                 ids[e.role].add(child["engine_id"])
-            extra = child.get("kv_connector_extra_config", {})
-            for side in ("prefill", "decode"):
-                for key, value in extra.get(side, {}).items():
-                    if key in real[side] and int(value) != real[side][key]:
-                        yield (f"{e.node}: connector says {side}.{key}={value} but the {side} engines run "
-                               f"{key}={real[side][key]}.", (e.node,))
-                for key in ("dp_size", "tp_size"):
-                    if key not in extra.get(side, {}):
-                        yield f"{e.node}: connector lacks {side}.{key}.", (e.node,)
+            yield from _mooncake_sizes(e, child.get("kv_connector_extra_config", {}), real)
     if ids["prefill"] & ids["decode"]:
         yield f"engine ids {sorted(ids['prefill'] & ids['decode'])} are used on both P and D.", ()
+
+
+def _kv_child_role(e: Engine, child: dict, want_role: str):
+    if "kv_role" not in child:
+        yield f"{e.node}: connector {child.get('kv_connector')} has no kv_role.", (e.node,)
+    elif child["kv_role"] != want_role:
+        yield f"{e.node}: connector {child.get('kv_connector')} kv_role {child['kv_role']} on {e.role}.", (e.node,)
+
+
+def _mooncake_sizes(e: Engine, extra: dict, real: dict[str, dict[str, int]]):
+    """A Mooncake connector's prefill/decode sizes against the engines' real flags."""
+    for side in ("prefill", "decode"):
+        for key, value in extra.get(side, {}).items():
+            if key in real[side] and int(value) != real[side][key]:
+                yield (f"{e.node}: connector says {side}.{key}={value} but the {side} engines run "
+                       f"{key}={real[side][key]}.", (e.node,))
+        for key in ("dp_size", "tp_size"):
+            if key not in extra.get(side, {}):
+                yield f"{e.node}: connector lacks {side}.{key}.", (e.node,)
 
 
 @check("PF-PARSERS", "error", "--reasoning-parser, --tool-call-parser and --enable-auto-tool-choice (and "
@@ -443,6 +469,17 @@ def _dspark(f: Facts):
         yield "engines use different draft checkpoints or token counts.", ()
 
 
+def _mmc_client_conf(node: str, name: str, conf: dict[str, str], providers: bool, members: int):
+    """One client config: no engine DRAM beside providers, world size, 1GB-aligned device_* sizes."""
+    size = conf.get("ock.mmc.local_service.dram.size", "")
+    if providers and name == "mmc-local.conf" and _bytes(size) != 0:
+        yield f"{node}/{name}: engine client holds dram.size = {size}; standalone providers exist, use 0GB.", (node,)
+    if int(conf.get("ock.mmc.local_service.world_size", "256")) < members:
+        yield f"{node}/{name}: world_size {conf.get('ock.mmc.local_service.world_size')} < {members} members.", (node,)
+    if conf.get("ock.mmc.local_service.protocol", "").startswith("device_") and _bytes(size) % (1 << 30):
+        yield f"{node}/{name}: dram.size {size} is not 1GB-aligned for a device_* protocol.", (node,)
+
+
 @check("PF-MMC-POOL", "error", "Engine clients MUST use dram.size = 0GB where standalone providers exist; world size "
        "MUST cover the participants; lookup ids MUST be unique per host and DP rank; device_sdma sizes MUST be "
        "1GB-aligned.", "use the guide's mmc-local.conf for engines and mmc-local-standalone.conf for providers.")
@@ -452,15 +489,8 @@ def _mmc_pool(f: Facts):
     providers = any(name == "mmc-local-standalone.conf" for _, name in f.mmc)
     members = sum(1 for _, name in f.mmc if name != "mmc-meta.conf")
     for (node, name), conf in sorted(f.mmc.items()):
-        if name == "mmc-meta.conf":
-            continue
-        size = conf.get("ock.mmc.local_service.dram.size", "")
-        if providers and name == "mmc-local.conf" and _bytes(size) != 0:
-            yield f"{node}/{name}: engine client holds dram.size = {size}; standalone providers exist, use 0GB.", (node,)
-        if int(conf.get("ock.mmc.local_service.world_size", "256")) < members:
-            yield f"{node}/{name}: world_size {conf.get('ock.mmc.local_service.world_size')} < {members} members.", (node,)
-        if conf.get("ock.mmc.local_service.protocol", "").startswith("device_") and _bytes(size) % (1 << 30):
-            yield f"{node}/{name}: dram.size {size} is not 1GB-aligned for a device_* protocol.", (node,)
+        if name != "mmc-meta.conf":
+            yield from _mmc_client_conf(node, name, conf, providers, members)
     lookup: dict[tuple[str, str, int], str] = {}
     for e in f.engines:
         for child in e.kv_children():
@@ -520,6 +550,25 @@ def _model(f: Facts):
             yield f"{e.node}: --max-model-len {mml}, expected {f.plan.expect.max_model_len}.", (e.node,)
 
 
+def _needed_mounts(targets: set[str], emulated_driver: bool) -> set[str]:
+    """The mounts a node container must have; the lab emulator's sim image replaces the driver mounts."""
+    need = {"/etc/ascend_install.info", "/root/.cache"}
+    if emulated_driver:
+        return need | {"/etc/k3lab-sim"}
+    need |= {"/usr/local/bin/npu-smi", "/usr/local/dcmi"}
+    if not ({"/usr/local/Ascend/driver"} & targets or "/usr/local/Ascend/driver/tools/hccn_tool" in targets):
+        need.add("/usr/local/Ascend/driver/tools/hccn_tool")
+    return need
+
+
+def _missing_devices(devices: list[str], n: int) -> list[str]:
+    """The platform's /dev/davinci* a container lacks, else /dev/davinci_manager if that is missing."""
+    missing = [f"/dev/davinci{i}" for i in range(n) if f"/dev/davinci{i}" not in devices]
+    if missing or "/dev/davinci_manager" in devices:
+        return missing
+    return ["/dev/davinci_manager"]
+
+
 @check("PF-CONTAINER", "error", "Each node container MUST have shm 1g, privileged, host network, the platform's "
        "devices and the driver and tool mounts as documented.", "render docker run from the kit, not by hand.")
 def _container(f: Facts):
@@ -530,18 +579,11 @@ def _container(f: Facts):
         c = node.container
         if c.shm_size != "1g" or (not c.privileged and "emu-privileged" not in waived) or c.network_mode != "host":
             yield f"{node.name}: container shm={c.shm_size} privileged={c.privileged} net={c.network_mode}.", (node.name,)
-        missing = [f"/dev/davinci{i}" for i in range(n) if f"/dev/davinci{i}" not in c.devices]
-        if (missing or "/dev/davinci_manager" not in c.devices) and "emu-devices" not in waived:
-            yield f"{node.name}: container lacks devices {missing or ['/dev/davinci_manager']}.", (node.name,)
+        missing = _missing_devices(c.devices, n)
+        if missing and "emu-devices" not in waived:
+            yield f"{node.name}: container lacks devices {missing}.", (node.name,)
         targets = {m.target.rstrip("/") for m in c.mounts}
-        need = {"/etc/ascend_install.info", "/root/.cache"}
-        if "emu-driver-mounts" in waived:
-            need.add("/etc/k3lab-sim")
-        else:
-            need |= {"/usr/local/bin/npu-smi", "/usr/local/dcmi"}
-            if not ({"/usr/local/Ascend/driver"} & targets or "/usr/local/Ascend/driver/tools/hccn_tool" in targets):
-                need.add("/usr/local/Ascend/driver/tools/hccn_tool")
-        lacking = sorted(need - targets)
+        lacking = sorted(_needed_mounts(targets, "emu-driver-mounts" in waived) - targets)
         if lacking:
             yield f"{node.name}: container lacks mounts {lacking}.", (node.name,)
 

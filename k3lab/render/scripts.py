@@ -255,6 +255,11 @@ def _prefill_head(ctx: Ctx, quote: str = '"') -> list:
 
 def k31_a3(ctx: Ctx) -> Script:
     """K3.1 Pro §5.1.1 / §5.2.1 A3 templates (basic and 1M differ only in --max-model-len)."""
+    return Script([*_k31_a3_env(ctx), _k31_a3_serve(ctx).done()])
+
+
+def _k31_a3_env(ctx: Ctx) -> list:
+    """The template lines before vllm serve: variables and exports."""
     prefill = ctx.node.role == "prefill"
     st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail")]
     if prefill:
@@ -279,6 +284,12 @@ def k31_a3(ctx: Ctx) -> Script:
     if prefill:
         st.append(export("VLLM_PP_LAYER_PARTITION", ctx.sc.params["layer_partition"]))
     st.append(export("FLA_STABLE_DEBUG_DESC", 0))
+    return st
+
+
+def _k31_a3_serve(ctx: Ctx) -> Cmd:
+    """The vllm serve command."""
+    prefill = ctx.node.role == "prefill"
     c = Cmd("vllm", "serve", ctx.model)("--host", "0.0.0.0")("--port", w(Var("API_PORT" if prefill else "2")))
     c("--quantization", "ascend")("--enable-auto-tool-choice")("--reasoning-parser", "kimi_k3")
     c("--tool-call-parser", "kimi_k3")("--tokenizer-mode", "kimi_k3")
@@ -319,11 +330,16 @@ def k31_a3(ctx: Ctx) -> Script:
     c("--kv-transfer-config")(jword(kv, indent=2, KV=Var("KV_PORT")))
     if ctx.draft:
         c("--speculative-config", jword(_dspark(ctx, 4 if prefill else 16, prefill, "bfloat16")))
-    return Script([*st, c.done()])
+    return c
 
 
 def k31_a3_pooled(ctx: Ctx) -> Script:
     """K3.1 Pro §5.3.5 A3 pooled templates."""
+    return Script([*_k31_a3_pooled_env(ctx), _k31_a3_pooled_serve(ctx).done(exec_=True)])
+
+
+def _k31_a3_pooled_env(ctx: Ctx) -> list:
+    """The template lines before vllm serve: variables, exports, the pool environment."""
     prefill = ctx.node.role == "prefill"
     mmc = f"{ctx.paths.memcache_config_dir}/runtime_env.sh"
     st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail")]
@@ -354,6 +370,12 @@ def k31_a3_pooled(ctx: Ctx) -> Script:
     st += [export("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True" if prefill else "expandable_segments:False"),
            export("PYTHONHASHSEED", 0), export("VLLM_HOST_IP", Var("local_ip")), export("VLLM_USE_V2_MODEL_RUNNER", 1),
            export("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", 30000), export("FLA_STABLE_DEBUG_DESC", 0)]
+    return st
+
+
+def _k31_a3_pooled_serve(ctx: Ctx) -> Cmd:
+    """The vllm serve command."""
+    prefill = ctx.node.role == "prefill"
     c = Cmd("vllm", "serve", ctx.model)
     if prefill:
         c("--host", "0.0.0.0", "--port", w(Var("API_PORT")))("--quantization", "ascend")
@@ -400,7 +422,7 @@ def k31_a3_pooled(ctx: Ctx) -> Script:
         {"kv_connector": "AscendStoreConnector", "kv_role": role, "kv_connector_extra_config": {
             "backend": "memcache", "lookup_rpc_port": "33101" if prefill else "33501", "use_layerwise": False}}]}}
     c("--kv-transfer-config", jword(kv, indent=2))
-    return Script([*st, c.done(exec_=True)])
+    return c
 
 
 def runtime_env_effect(scope) -> None:
@@ -411,6 +433,11 @@ def runtime_env_effect(scope) -> None:
 
 def k31_a5(ctx: Ctx) -> Script:
     """K3.1 Pro §5.1.1 / §5.2.1 / §5.3.5 950DT templates (basic, 1M and pooled)."""
+    return Script([*_k31_a5_env(ctx), _k31_a5_serve(ctx).done()])
+
+
+def _k31_a5_env(ctx: Ctx) -> list:
+    """The template lines before vllm serve: variables, exports, the DSpark3 and pool settings."""
     prefill = ctx.node.role == "prefill"
     pooled = bool(ctx.sc.params.get("pooled"))
     st: list = [Raw("#!/usr/bin/env bash"), Raw("set -e")]
@@ -448,6 +475,13 @@ def k31_a5(ctx: Ctx) -> Script:
         st += [Raw(': "${MMC_LOCAL_CONFIG_PATH:?Load the node-specific pool environment before starting vLLM}"'),
                Line(words("test", "-r", w(Var("MMC_LOCAL_CONFIG_PATH")))),
                export("LD_LIBRARY_PATH", MOONCAKE_LIB + ":", Var("LD_LIBRARY_PATH", default_empty=True))]
+    return st
+
+
+def _k31_a5_serve(ctx: Ctx) -> Cmd:
+    """The vllm serve command."""
+    prefill = ctx.node.role == "prefill"
+    pooled = bool(ctx.sc.params.get("pooled"))
     c = Cmd("vllm", "serve", ctx.model)("--host", "0.0.0.0")
     if prefill:
         c("--port", w(Var("API_PORT")))("--data-parallel-size", w("1"))("--tensor-parallel-size", w("1"))
@@ -490,6 +524,4 @@ def k31_a5(ctx: Ctx) -> Script:
     else:
         word = jword(mooncake, indent=2, KV=Var("KV_PORT"), EID=Var("ENGINE_ID"))
     c("--kv-transfer-config", word)("--speculative-config", w(Var("SPECULATIVE_CONFIG")))
-    return Script([*st, c.done()])
-
-
+    return c
