@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -69,15 +70,15 @@ def _pattern(regex: str) -> dict:
 Port = Annotated[int, Field(ge=1, le=65535, json_schema_extra={"minimum": 1, "maximum": 65535})]
 
 
-def _port_field(default: int, description: str) -> object:
+def _port_field(default: int, description: str) -> Any:  # a pydantic FieldInfo standing for the value
     return Field(default, description=description, examples=[default])
 
 
-def _range_field(default: str, description: str) -> object:
+def _range_field(default: str, description: str) -> Any:
     return Field(default, description=description, examples=[default], json_schema_extra=_pattern(RANGE_RE))
 
 
-def _path_field(default: str | None, description: str, example: str | None = None) -> object:
+def _path_field(default: str | None, description: str, example: str | None = None) -> Any:
     return Field(default, description=description + "; absolute, no quotes, backslashes, '%' or control characters",
                  examples=[example or default], json_schema_extra=_pattern(PATH_RE))
 
@@ -335,7 +336,7 @@ def _model_at(loc: tuple) -> type[BaseModel]:
     return _SECTIONS.get(str(loc[0]), Inventory) if len(loc) > 1 else Inventory
 
 
-def _message(err: dict) -> str:
+def _message(err: Mapping[str, Any]) -> str:
     loc, value, kind = err["loc"], err.get("input"), err["type"]
     if kind == "extra_forbidden":
         fields = list(_model_at(loc).model_fields)

@@ -5,7 +5,8 @@ executes it stage by stage, and the conformance suite takes its expected values 
 """
 from __future__ import annotations
 
-from typing import Literal, Self
+from collections.abc import Callable
+from typing import Literal, Self, cast, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
@@ -34,7 +35,7 @@ class _Model(BaseModel):
             if name in data:
                 values[name] = data[name]
             elif field.default_factory is not None:  # called here: pydantic inspects its signature, ~50 us a call
-                values[name] = field.default_factory()
+                values[name] = cast(Callable[[], object], field.default_factory)()  # no-argument factories only
             elif field.default is not PydanticUndefined:  # plain defaults are immutable (tests/unit/test_plan.py)
                 values[name] = field.default
             else:
@@ -230,6 +231,14 @@ def jsonable(value: object) -> object:
     if isinstance(value, dict):
         return {k if isinstance(k, str) else str(k): jsonable(v) for k, v in value.items()}
     return value
+
+
+@overload
+def flag(argv: list[str], name: str) -> str | None: ...
+@overload
+def flag(argv: list[str], name: str, default: str) -> str: ...
+@overload
+def flag(argv: list[str], name: str, default: None) -> str | None: ...
 
 
 def flag(argv: list[str], name: str, default: str | None = None) -> str | None:

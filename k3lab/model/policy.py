@@ -107,8 +107,8 @@ class ScenarioPolicy(_Strict):
     checks: dict[str, Level] = {}
     not_applicable: list[NotApplicable] = []
     static: Level | None = None
-    perf: Perf = Perf()
-    accuracy: Accuracy = Accuracy()
+    perf: Perf = Perf.model_validate({})  # all fields default (mypy does not see pydantic's Field defaults)
+    accuracy: Accuracy = Accuracy.model_validate({})
     versions: list[VersionRule] = []
     accepted_deviations: list[AcceptedDeviation] = []
     unaccepted_deviation: Level | None = None

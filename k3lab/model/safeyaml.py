@@ -129,18 +129,23 @@ def read_capped(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
         raise InputError(f"{p}: {what} file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def _line(event: yaml.Event) -> int:
+    """1-based line of a parser event (the parser always sets start_mark)."""
+    return event.start_mark.line + 1 if event.start_mark is not None else 0
+
+
 def _check_shape(text: str, source: str, max_depth: int, max_events: int) -> None:
     depth = 0
     for count, event in enumerate(yaml.parse(text, Loader=_Base), 1):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > max_depth:
-                raise InputError(f"{source}:{event.start_mark.line + 1}: nested more than {max_depth} levels deep")
+                raise InputError(f"{source}:{_line(event)}: nested more than {max_depth} levels deep")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
         elif isinstance(event, yaml.AliasEvent):
             # aliases can multiply a small file into a huge structure ("billion laughs"): inputs never need them
-            raise InputError(f"{source}:{event.start_mark.line + 1}: YAML aliases (*name) are not accepted")
+            raise InputError(f"{source}:{_line(event)}: YAML aliases (*name) are not accepted")
         if count > max_events:
             raise InputError(f"{source}: more than {max_events} YAML elements")
 

@@ -40,7 +40,7 @@ from k3lab.model.plan import flag as _flag
 from k3lab.render import memcache, profiles
 from k3lab.render.families import Family, family
 from k3lab.render.scripts import PROXY_VARS, Cmd, Ctx
-from k3lab.render.shell import Line, Raw, Script, Unset, words
+from k3lab.render.shell import Line, Raw, Script, Unset, plain_words
 
 LAUNCHER = "examples/external_online_dp/launch_online_dp.py"
 PROXY = "examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
@@ -327,11 +327,11 @@ class _Build:
         """launch_online_dp.py: one engine child per local DP rank, each with its own API port."""
         node, wd, logs = out.node, self.wd, self.logs
         base_env, largv, lscope = launch.resolve({})
-        dp_size, tp = int(_flag(largv, "--dp-size")), int(_flag(largv, "--tp-size", "1"))
+        dp_size, tp = int(_need(largv, "--dp-size")), int(_flag(largv, "--tp-size", "1"))
         local = int(_flag(largv, "--dp-size-local", str(dp_size)))
         start = int(_flag(largv, "--dp-rank-start", "0"))
         children = []
-        for pos in _launcher_children(dp_size, tp, local, start, _flag(largv, "--dp-address"),
+        for pos in _launcher_children(dp_size, tp, local, start, _need(largv, "--dp-address"),
                                       _flag(largv, "--dp-rpc-port", "12345"),
                                       int(_flag(largv, "--vllm-start-port", "9000"))):
             env, argv, scope = engine.resolve(base_env, pos)
@@ -430,16 +430,25 @@ class _Build:
         return [Deviation.make(**d) for d in found]
 
 
+def _need(argv: list[str], name: str) -> str:
+    """An option the kit's own launch command always passes."""
+    value = _flag(argv, name)
+    if value is None:
+        raise RenderError(f"launch command lacks {name}")
+    return value
+
+
 def _engine_ports(node: Node, env: dict[str, str], argv: list[str], pp_rank: int | None,
                   is_headless: bool) -> list[PortUse]:
     """The ports one ``vllm serve`` binds: API, PP master, DP RPC on rank 0, Mooncake, HCCL."""
     ports: list[PortUse] = []
     if not is_headless:
         ports.append(PortUse.make(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
-    if pp_rank == 0 and _flag(argv, "--master-port"):
-        ports.append(PortUse.make(port=int(_flag(argv, "--master-port")), purpose="PP master (--master-port)"))
-    if node.rank == 0 and _flag(argv, "--data-parallel-rpc-port") and int(_flag(argv, "--data-parallel-size", "1")) > 1:
-        ports.append(PortUse.make(port=int(_flag(argv, "--data-parallel-rpc-port")), purpose=DP_RPC_PURPOSE))
+    if pp_rank == 0 and (master := _flag(argv, "--master-port")):
+        ports.append(PortUse.make(port=int(master), purpose="PP master (--master-port)"))
+    rpc = _flag(argv, "--data-parallel-rpc-port")
+    if node.rank == 0 and rpc and int(_flag(argv, "--data-parallel-size", "1")) > 1:
+        ports.append(PortUse.make(port=int(rpc), purpose=DP_RPC_PURPOSE))
     return ports + _kv_ports(argv, pp_rank or 0, 0) + _hccl_ports(env)
 
 
@@ -485,7 +494,7 @@ def _launch_script(fam: Family, sc: Scenario, inv: Inventory, node: Node, heads:
                    engine_name: str) -> Script:
     """How the kit starts the engine: the guide's launcher command, or ``bash`` on the script."""
     wd = inv.paths.workdir
-    st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Line(words("cd", wd))]
+    st: list = [Raw("#!/usr/bin/env bash"), Raw("set -euo pipefail"), Line(plain_words("cd", wd))]
     st += fam.launch_prelude(sc, inv, node)
     if launcher:
         src = f"{inv.paths.vllm_ascend_source_dir}/{LAUNCHER}"
@@ -493,7 +502,7 @@ def _launch_script(fam: Family, sc: Scenario, inv: Inventory, node: Node, heads:
         rpc = inv.ports.prefill_dp_rpc if node.role == "prefill" else inv.ports.dp_rpc
         dp = fam.launcher_dp_size(sc, node.role)
         tp = sc.devices  # one DP rank per node uses every device
-        st.append(Line(words("cp", src, "./launch_online_dp.py")))
+        st.append(Line(plain_words("cp", src, "./launch_online_dp.py")))
         c = Cmd("python", "launch_online_dp.py")("--dp-size", dp)("--tp-size", tp)("--dp-size-local", 1)
         c("--dp-rank-start", node.rank)("--dp-address", group_ip)("--dp-rpc-port", rpc)("--vllm-start-port", inv.ports.api)
         st.append(c.done(exec_=True))
@@ -533,7 +542,7 @@ _LONG_S = 7200.0  # the guides allow hours for engine readiness on hardware; the
 
 
 def _metaservice_stage(inv: Inventory, ms: Process) -> Stage:
-    host = ms.api.split("//")[1].split(":")[0]
+    host = (ms.api or "").split("//")[1].split(":")[0]  # the MetaService process always has its metrics API
     return Stage.make(name="metaservice", processes=[ms.id], timeout_s=300, gates=[
         Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.meta_service}", process=ms.id),
         Gate.make(kind="tcp", node=ms.node, target=f"{host}:{inv.ports.config_store}", process=ms.id),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
+from typing import cast
 
 from k3lab.model.catalog import Scenario
 from k3lab.model.inventory import Inventory, Node
@@ -18,12 +20,15 @@ from k3lab.render.shell import (
     Computed,
     HeadlessArgs,
     Line,
+    Part,
     Raw,
+    Scope,
     Script,
     Source,
     Unset,
     Var,
     Word,
+    plain_words,
     w,
     words,
 )
@@ -70,10 +75,10 @@ def setv(name: str, *parts: str | int | Var) -> Assign:
 class Cmd:
     """Collects the lines of a command as the guide breaks them."""
 
-    def __init__(self, *head: object) -> None:
+    def __init__(self, *head: Part | int | Word | ArrayRef) -> None:
         self.lines = [words(*head)]
 
-    def __call__(self, *tokens: object) -> "Cmd":
+    def __call__(self, *tokens: Part | int | Word | ArrayRef) -> "Cmd":
         self.lines.append(words(*tokens))
         return self
 
@@ -129,7 +134,7 @@ def _k3_values(ctx: Ctx) -> list:
 
 def k3_mixed(ctx: Ctx) -> Script:
     """K3 §5.1.1 (and the §5.1.1 note, §7.5, §8.2 variants): Node 0 or a headless worker."""
-    p = ctx.sc.params
+    p = cast("dict[str, int | str]", ctx.sc.params)  # the catalog's K3 mixed values: ints and strings
     node0 = ctx.node.rank == 0
     st = _k3_values(ctx) + [*_socket_env("LOCAL_IP", "NIC_NAME")]
     if node0:
@@ -227,7 +232,8 @@ def k3_pd(ctx: Ctx) -> Script:
     if ctx.parsers:  # K3 §10: required for reasoning and tool calling; the §5.1.2 templates omit them
         c("--enable-auto-tool-choice")("--reasoning-parser", "kimi_k3")("--tool-call-parser", "kimi_k3")
     sizes = {"prefill": {"dp_size": 8, "tp_size": 16}, "decode": {"dp_size": 8, "tp_size": 16}}
-    mooncake = {"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer" if prefill else "kv_consumer",
+    kv: dict[str, object]
+    mooncake: dict[str, object] = {"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer" if prefill else "kv_consumer",
                 "kv_port": "@@KV@@", "kv_connector_extra_config": sizes}
     if prefill:
         kv = {"kv_connector": "MultiConnector", "kv_role": "kv_producer", "kv_connector_extra_config": {"connectors": [
@@ -282,7 +288,7 @@ def _k31_a3_env(ctx: Ctx) -> list:
            export("OMP_NUM_THREADS", 1), export("OMP_PROC_BIND", "false"), export("VLLM_USE_V2_MODEL_RUNNER", 1),
            export("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", 30000), export("VLLM_HOST_IP", Var("local_ip"))]
     if prefill:
-        st.append(export("VLLM_PP_LAYER_PARTITION", ctx.sc.params["layer_partition"]))
+        st.append(export("VLLM_PP_LAYER_PARTITION", str(ctx.sc.params["layer_partition"])))
     st.append(export("FLA_STABLE_DEBUG_DESC", 0))
     return st
 
@@ -364,9 +370,9 @@ def _k31_a3_pooled_env(ctx: Ctx) -> list:
            export("LD_LIBRARY_PATH", MOONCAKE_LIB + ":", Var("LD_LIBRARY_PATH", default_empty=True)),
            Source(w(mmc), effect=runtime_env_effect),
            export("MMC_LOCAL_CONFIG_PATH", f"{ctx.paths.memcache_config_dir}/mmc-local.conf"),
-           Line(words("test", "-r", w(Var("MMC_LOCAL_CONFIG_PATH"))))]
+           Line(plain_words("test", "-r", w(Var("MMC_LOCAL_CONFIG_PATH"))))]
     if prefill:
-        st.append(export("VLLM_PP_LAYER_PARTITION", ctx.sc.params["layer_partition"]))
+        st.append(export("VLLM_PP_LAYER_PARTITION", str(ctx.sc.params["layer_partition"])))
     st += [export("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True" if prefill else "expandable_segments:False"),
            export("PYTHONHASHSEED", 0), export("VLLM_HOST_IP", Var("local_ip")), export("VLLM_USE_V2_MODEL_RUNNER", 1),
            export("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", 30000), export("FLA_STABLE_DEBUG_DESC", 0)]
@@ -425,6 +431,11 @@ def _k31_a3_pooled_serve(ctx: Ctx) -> Cmd:
     return c
 
 
+def _fill_draft(fmt: str, scope: Scope) -> str:
+    """SPECULATIVE_CONFIG as the template's printf computes it."""
+    return fmt % scope.get("DRAFT_MODEL_PATH")
+
+
 def runtime_env_effect(scope) -> None:
     """What ``runtime_env.sh`` exports (K3.1 Pro §5.3.1), so resolved env includes it."""
     scope.env.setdefault("MEMC_PYTHON", "python3")
@@ -462,10 +473,10 @@ def _k31_a5_env(ctx: Ctx) -> list:
                            "draft_tensor_parallel_size": 1 if prefill else 8, "draft_sample_method": "greedy",
                            "enforce_eager": False, "kv_cache_dtype": "auto"}, separators=(",", ":"))
     st += [Computed("SPECULATIVE_CONFIG", f'"$(\nprintf \\\n{Word((spec_fmt,)).render()} \\\n"$DRAFT_MODEL_PATH"\n)"',
-                    lambda s, fmt=spec_fmt: fmt % s.get("DRAFT_MODEL_PATH")),
+                    partial(_fill_draft, spec_fmt)),
            export("HCCL_OP_EXPANSION_MODE", "CCU_SCHED"), export("VLLM_USE_V2_MODEL_RUNNER", 1)]
     if prefill:
-        st.append(export("VLLM_PP_LAYER_PARTITION", ctx.sc.params["layer_partition"]))
+        st.append(export("VLLM_PP_LAYER_PARTITION", str(ctx.sc.params["layer_partition"])))
     if pooled:
         if prefill:
             st.append(setv("LOOKUP_RPC_PORT", 0))
@@ -473,7 +484,7 @@ def _k31_a5_env(ctx: Ctx) -> list:
             st.append(Computed("LOOKUP_RPC_PORT", "$(($4 + 4))", lambda s: str(int(s.get("4")) + 4)))
         # The guide's guard is a real expansion (``: "${VAR:?msg}"``): it aborts when the variable is unset.
         st += [Raw(': "${MMC_LOCAL_CONFIG_PATH:?Load the node-specific pool environment before starting vLLM}"'),
-               Line(words("test", "-r", w(Var("MMC_LOCAL_CONFIG_PATH")))),
+               Line(plain_words("test", "-r", w(Var("MMC_LOCAL_CONFIG_PATH")))),
                export("LD_LIBRARY_PATH", MOONCAKE_LIB + ":", Var("LD_LIBRARY_PATH", default_empty=True))]
     return st
 

@@ -63,6 +63,11 @@ def words(*tokens: Part | int | Word | ArrayRef) -> list[Word | ArrayRef]:
     return [t if isinstance(t, (Word, ArrayRef)) else w(t) for t in tokens]
 
 
+def plain_words(*tokens: Part | int | Word) -> list[Word]:
+    """Words of a :class:`Line` (no array expansion there)."""
+    return [t if isinstance(t, Word) else w(t) for t in tokens]
+
+
 # ----------------------------------------------------------------------------- statements
 
 
