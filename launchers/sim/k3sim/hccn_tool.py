@@ -161,7 +161,9 @@ def echoes(node: hw.Node, source: str, target: str, count: int, blocked: bool) -
     except OSError:
         return [None] * count  # the device address is not up on the NIC: nothing leaves the device
     try:
-        return [pinger.echo(target, seq, PING_TIMEOUT_S) for seq in range(count)]
+        rtts = [pinger.echo(target, seq, PING_TIMEOUT_S) for seq in range(count)]
+        # like ping(8), a reply that comes while a later packet is awaited still counts as received
+        return [rtt if rtt is not None else pinger.late.get(seq) for seq, rtt in enumerate(rtts)]
     except OSError:
         return [None] * count
     finally:

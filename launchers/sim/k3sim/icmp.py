@@ -34,6 +34,11 @@ class Pinger:
         except OSError:
             self.sock.close()
             raise
+        # A raw socket gets a copy of every ICMP packet of the namespace: while a node's ping block runs
+        # many pings at once on 2 loaded cores, the default buffer overflowed and dropped our replies.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self.sent: dict[int, float] = {}
+        self.late: dict[int, float] = {}  # seq -> round trip of a reply that came after its own wait
         # Random per invocation: concurrent pings on one node must not take each other's replies.
         self.ident = (os.getpid() ^ random.getrandbits(16)) & 0xFFFF
 
@@ -42,7 +47,7 @@ class Pinger:
         payload = struct.pack("!d", time.monotonic()) + bytes(48)
         header = struct.pack("!BBHHH", ECHO_REQUEST, 0, 0, self.ident, seq)
         packet = struct.pack("!BBHHH", ECHO_REQUEST, 0, checksum(header + payload), self.ident, seq) + payload
-        sent = time.monotonic()
+        sent = self.sent[seq] = time.monotonic()
         self.sock.sendto(packet, (target, 0))
         deadline = sent + timeout
         while (left := deadline - time.monotonic()) > 0:
@@ -51,8 +56,12 @@ class Pinger:
             data, (peer, _) = self.sock.recvfrom(2048)
             icmp = data[(data[0] & 0x0F) * 4:]
             kind, _, _, ident, got_seq = struct.unpack("!BBHHH", icmp[:8])
-            if kind == ECHO_REPLY and ident == self.ident and got_seq == seq and peer == target:
+            if kind != ECHO_REPLY or ident != self.ident or peer != target:
+                continue
+            if got_seq == seq:
                 return time.monotonic() - sent
+            if got_seq in self.sent:  # an earlier packet's reply, late (first packets wait for ARP under load)
+                self.late[got_seq] = time.monotonic() - self.sent[got_seq]
         return None
 
     def close(self) -> None:
