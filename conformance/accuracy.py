@@ -21,10 +21,10 @@ from k3lab.conformance.benchrun import api_key_env, runner_for
 from k3lab.conformance.evidence import check
 from k3lab.model.apikey import redact
 
-pytestmark = pytest.mark.accuracy
+pytestmark = [pytest.mark.accuracy,
+              pytest.mark.conformance(area="accuracy", must="The service MUST score within the tolerance of "
+                                      "the guide's reported accuracy for its platform")]
 KIND = "product"
-CONFORMANCE = {"area": "accuracy", "must": "The service MUST score within the tolerance of the guide's "
-                                           "reported accuracy for its platform"}
 MODELS_CONF = "vllm_api_general_chat_k3lab"
 TIMEOUT_S = 6 * 3600  # GPQA and MMMU Pro with long reasoning outputs take hours even at batch 32
 # The guide does not state its sampling settings; these follow its §6 request examples and

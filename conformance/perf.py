@@ -25,10 +25,10 @@ from k3lab.conformance.benchrun import api_key_env, runner_for
 from k3lab.conformance.evidence import check, fail
 from k3lab.model.apikey import redact
 
-pytestmark = pytest.mark.perf
+pytestmark = [pytest.mark.perf,
+              pytest.mark.conformance(area="perf", must="The service MUST complete the benchmark's requests and "
+                                      "stay within the recorded baseline's throughput and latency")]
 KIND = "product"
-CONFORMANCE = {"area": "perf", "must": "The service MUST complete the benchmark's requests and stay within "
-                                       "the recorded baseline's throughput and latency"}
 TIMEOUT_S = 1800  # the guide's 16-prompt run takes minutes; leaves room for larger baseline workloads
 REPORTED = ("request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms", "p99_ttft_ms",
             "mean_tpot_ms", "p99_tpot_ms")

@@ -2,12 +2,11 @@
 
 Registered through the ``pytest11`` entry point ``k3lab.conformance.plugin`` (``pyproject.toml``).
 
-* Conformance metadata, declared next to the test as in Kubernetes' ``ConformanceIt`` comments:
-  a module-level ``CONFORMANCE = {"area": ..., "id": ..., "must": ...}`` applies to every test of
-  the module; a function attribute of the same name (``@conformance(...)`` or
-  ``test_x.CONFORMANCE = {...}``) overrides it key by key. Defaults: area from the module name
-  (``test_npu.py`` -> ``npu``), id ``<area>.<function>``. Each lands in JUnit as
-  ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
+* Conformance metadata, declared next to the test as in Kubernetes' ``ConformanceIt`` comments,
+  with the registered marker ``pytest.mark.conformance(area=..., id=..., must=...)``: on a module
+  (``pytestmark``) it applies to every test there; on a test it overrides the module's key by key.
+  Defaults: area from the module name (``test_npu.py`` -> ``npu``), id ``<area>.<function>``. Each
+  lands in JUnit as ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
 * Evidence from :mod:`k3lab.conformance.evidence` (and a default ``kind`` for plain assertion failures)
   is copied into the test's properties.
 * ``--perf`` / ``--accuracy`` enable ``conformance/perf.py`` / ``accuracy.py`` (otherwise collected
@@ -35,12 +34,21 @@ RESULTS = "conformance-results.json"
 _PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
 
 
-def conformance(**meta: str):
-    """Decorator form of a function-level ``CONFORMANCE`` (area=, id=, must=)."""
-    def mark(fn):
-        fn.CONFORMANCE = {**getattr(fn, "CONFORMANCE", {}), **meta}
-        return fn
-    return mark
+MARKER = "conformance(area=None, id=None, must=None): conformance metadata of a check (JUnit properties)"
+
+
+def declared(*owners: Any) -> dict[str, str]:
+    """The ``conformance`` marks of ``owners`` (farthest first, e.g. module then function), merged with
+    the nearer one winning key by key: what the plugin reads from an item, readable without pytest
+    collecting anything (the policy's tests list the suite's check ids this way)."""
+    meta: dict[str, str] = {}
+    for owner in owners:
+        marks = getattr(owner, "pytestmark", [])
+        for mark in marks if isinstance(marks, list) else [marks]:
+            mark = getattr(mark, "mark", mark)  # a module's pytestmark may be a MarkDecorator
+            if mark.name == "conformance":
+                meta.update(mark.kwargs)
+    return meta
 
 
 # ------------------------------------------------------------------------------------ options
@@ -68,6 +76,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", MARKER)
     config.addinivalue_line("markers", "perf: performance check, runs only with --perf")
     config.addinivalue_line("markers", "accuracy: accuracy check, runs only with --accuracy")
     if not hasattr(config, "workerinput"):  # xdist workers report; only the controller writes
@@ -85,9 +94,9 @@ def pytest_collect_file(file_path, parent):
 
 
 def metadata(item) -> dict[str, str]:
-    module = getattr(item, "module", None)
-    fn = getattr(item, "function", None)
-    meta = {**getattr(module, "CONFORMANCE", {}), **getattr(fn, "CONFORMANCE", {})}
+    meta: dict[str, str] = {}
+    for mark in reversed(list(item.iter_markers("conformance"))):  # nearest last: function over module
+        meta.update(mark.kwargs)
     stem = Path(str(getattr(item, "path", "") or "other")).stem
     area = str(meta.get("area") or (stem[5:] if stem.startswith("test_") else stem))
     name = getattr(item, "originalname", None) or item.name

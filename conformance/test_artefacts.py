@@ -7,7 +7,6 @@ import re
 import pytest
 
 from k3lab import paths
-from k3lab.conformance.plugin import conformance
 
 KIND = "kit"  # a mismatch here means the kit staged something other than what it rendered
 GOLDEN = paths.GOLDEN
@@ -17,7 +16,7 @@ def _staged(node):
     return [a for a in node.artefacts if a.path.startswith("/")]
 
 
-@conformance(area="golden", must="Every artefact staged on a node MUST equal the rendered file, byte for byte.")
+@pytest.mark.conformance(area="golden", must="Every artefact staged on a node MUST equal the rendered file, byte for byte.")
 def test_staged_artefacts_match_rendered(node, tools, run_dir):
     if not _staged(node):
         pytest.skip("no staged artefacts")
@@ -30,7 +29,7 @@ def test_staged_artefacts_match_rendered(node, tools, run_dir):
     assert not differ, f"{node.name}: staged files differ from the rendered plan: {differ}"
 
 
-@conformance(area="golden", must="With the default inventory, the rendered artefacts MUST equal golden/.")
+@pytest.mark.conformance(area="golden", must="With the default inventory, the rendered artefacts MUST equal golden/.")
 def test_rendered_equals_golden(plan, run_dir):
     if not plan.inventory.startswith("default (sim"):
         pytest.skip("a lab inventory renders its own values; compare with k3lab render and golden/ by hand")

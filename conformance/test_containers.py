@@ -6,8 +6,8 @@ container of the same name, so the local engine would answer for the wrong host.
 from __future__ import annotations
 
 import docker
+import pytest
 
-from k3lab.conformance.plugin import conformance
 from k3lab.launchers.endpoints import describe
 
 KIND = "environment"  # default class of a failure here
@@ -25,7 +25,7 @@ def _container(state, node, docker_clients):
         raise AssertionError(f"{_where(node, state)}: container {name} does not exist") from None
 
 
-@conformance(area="containers", must="Every planned node container MUST be running and MUST NOT have restarted.")
+@pytest.mark.conformance(area="containers", must="Every planned node container MUST be running and MUST NOT have restarted.")
 def test_container_running(node, state, docker_clients):
     c = _container(state, node, docker_clients)
     where = _where(node, state)
@@ -34,7 +34,7 @@ def test_container_running(node, state, docker_clients):
     assert restarts == 0, f"{where}: container restarted {restarts} time(s); check its logs"
 
 
-@conformance(area="containers", must="Each container MUST have the planned shm size, privileges, network, devices and mounts.")
+@pytest.mark.conformance(area="containers", must="Each container MUST have the planned shm size, privileges, network, devices and mounts.")
 def test_container_matches_plan(node, state, plan, docker_clients):
     c = _container(state, node, docker_clients)
     where = _where(node, state)

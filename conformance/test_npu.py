@@ -6,7 +6,6 @@ import re
 import pytest
 
 from k3lab.conformance import nodetools
-from k3lab.conformance.plugin import conformance
 
 HCCN = nodetools.HCCN
 
@@ -14,7 +13,7 @@ HCCN = nodetools.HCCN
 KIND = "environment"  # default class of a failure here
 
 
-@conformance(area="npu", must="npu-smi info MUST print one health row per device (A3: per die, 16 on a 16-device "
+@pytest.mark.conformance(area="npu", must="npu-smi info MUST print one health row per device (A3: per die, 16 on a 16-device "
              "node; A2 and 950DT: per NPU) with every Health OK.")
 def test_npu_smi_devices_healthy(node, tools):
     out = tools[node.name].check_output("npu-smi info")
@@ -48,7 +47,7 @@ def _unhealthy(node, tools, option: str, healthy) -> tuple[int, dict[int, str]]:
     return len(out), {d: t for d, t in out.items() if not healthy(t)}
 
 
-@conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
+@pytest.mark.conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
 def test_hccn_links_up(node, tools):
     answered, down = _unhealthy(node, tools, "-link -g", lambda t: "link status: UP" in t)
     assert answered == node.device_count and not down, \
@@ -56,7 +55,7 @@ def test_hccn_links_up(node, tools):
          f"{down} (device -> output); check the cable and switch port of those devices")
 
 
-@conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
+@pytest.mark.conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
 def test_hccn_net_health(node, tools):
     answered, bad = _unhealthy(node, tools, "-net_health -g", lambda t: "net health status: Success" in t)
     assert answered == node.device_count and not bad, \
@@ -64,7 +63,7 @@ def test_hccn_net_health(node, tools):
          f"seen {bad} (device -> output); check the -netdetect address and the RoCE network")
 
 
-@conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
+@pytest.mark.conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
 def test_hccn_device_addresses(node, tools):
     option = "-vnic -g" if node.platform == "A3" else "-ip -g"
     answered, bad = _unhealthy(node, tools, option, lambda t: re.search(r"ipaddr:[ \t]*\d", t))
@@ -73,7 +72,7 @@ def test_hccn_device_addresses(node, tools):
          f"(device -> output); set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s")
 
 
-@conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")
+@pytest.mark.conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")
 def test_hccn_tls_consistent(plan, tools):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -134,7 +133,7 @@ def _sample_seed(run_dir) -> int:
     return int(raw) if raw and raw.isdigit() else zlib.crc32(run_dir.name.encode())
 
 
-@conformance(area="hccl", must="Every device MUST reach a peer device on another node, and every device MUST be "
+@pytest.mark.conformance(area="hccl", must="Every device MUST reach a peer device on another node, and every device MUST be "
              "reached (-hccs_ping to the vNIC within a super pod, -ping to the device IP across super pods).")
 def test_cross_node_reachability(plan, hosts, tools, run_dir):
     """Each device of each node pings one device of another node, in one exec per node (after its batch).

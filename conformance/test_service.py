@@ -12,8 +12,6 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from k3lab.conformance.plugin import conformance
-
 
 @pytest.fixture(autouse=True)
 def _one_request_check_at_a_time(run_dir):
@@ -34,13 +32,13 @@ MARKERS = ("<think>", "</think>", "<|open|>", "<|sep|>", "<|close|>", "<|tool_ca
 KIND = "product"  # default class of a failure here
 
 
-@conformance(area="models", must="/health MUST answer 200 on every API.")
+@pytest.mark.conformance(area="models", must="/health MUST answer 200 on every API.")
 def test_health(api, http):
     r = http.get(f"{api.url}/health", timeout=5)
     assert r.status_code == 200, f"{api.node}: /health answered {r.status_code}"
 
 
-@conformance(area="models", must="/v1/models MUST list the served name with the planned max_model_len.")
+@pytest.mark.conformance(area="models", must="/v1/models MUST list the served name with the planned max_model_len.")
 def test_models_lists_served_name_and_limit(api, http, plan):
     r = http.get(f"{api.url}/v1/models", timeout=5)
     assert r.status_code == 200, f"{api.node}: /v1/models answered {r.status_code}: {r.text[:200]}"
@@ -50,7 +48,7 @@ def test_models_lists_served_name_and_limit(api, http, plan):
     assert got == plan.expect.max_model_len, f"{api.node}: max_model_len {got}, planned {plan.expect.max_model_len}"
 
 
-@conformance(area="models", must="The PD proxy MUST answer /healthcheck with status ok, count exactly the planned "
+@pytest.mark.conformance(area="models", must="The PD proxy MUST answer /healthcheck with status ok, count exactly the planned "
                                   "Prefill and Decode engines, and every counted engine MUST answer.")
 def test_proxy_answers(plan, http):
     """Only what every proxy release has: /healthcheck (``/v1/models`` came after vllm-ascend 0.23).
@@ -93,7 +91,7 @@ def _needs_parsers(plan):
         pytest.skip("rendered with parsers=off: the service returns raw model output by design")
 
 
-@conformance(area="parsers", must="Content MUST be free of reasoning/tool markers and reasoning MUST be non-empty with thinking on.")
+@pytest.mark.conformance(area="parsers", must="Content MUST be free of reasoning/tool markers and reasoning MUST be non-empty with thinking on.")
 def test_reasoning_is_parsed(http, entrypoint, plan):
     _needs_parsers(plan)
     r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Explain data parallelism in one sentence."}])
@@ -167,7 +165,7 @@ def _tool_problem(http, entrypoint, plan, want: str) -> str | None:
     return None
 
 
-@conformance(area="parsers", must="tool_choice auto MUST call the tool the question is about, with arguments valid "
+@pytest.mark.conformance(area="parsers", must="tool_choice auto MUST call the tool the question is about, with arguments valid "
                                   "against that tool's own JSON schema.")
 def test_tool_call(http, entrypoint, plan):
     _needs_parsers(plan)
@@ -175,7 +173,7 @@ def test_tool_call(http, entrypoint, plan):
     assert not problems, "; ".join(problems)
 
 
-@conformance(area="parsers", must="With tools offered, a question unrelated to them MUST be answered without a call.")
+@pytest.mark.conformance(area="parsers", must="With tools offered, a question unrelated to them MUST be answered without a call.")
 def test_tool_call_not_forced(http, entrypoint, plan):
     """Negative control of test_tool_call: a service that calls a tool whatever is asked fails here."""
     _needs_parsers(plan)
@@ -191,7 +189,7 @@ def test_tool_call_not_forced(http, entrypoint, plan):
     assert choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']}, expected stop"
 
 
-@conformance(area="parsers", must="Streamed content MUST be free of reasoning/tool markers.")
+@pytest.mark.conformance(area="parsers", must="Streamed content MUST be free of reasoning/tool markers.")
 def test_streaming_content_is_clean(http, entrypoint, plan):
     _needs_parsers(plan)
     payload = {"model": plan.expect.served_name, "max_tokens": 48, "temperature": 0, "stream": True,
@@ -222,7 +220,7 @@ def _png(rgb) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-@conformance(area="images", must="An image request MUST be answered with a description naming its colour (rejected on language-model-only).")
+@pytest.mark.conformance(area="images", must="An image request MUST be answered with a description naming its colour (rejected on language-model-only).")
 def test_image_request(http, entrypoint, plan):
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png((220, 20, 30))}},
                                              {"type": "text", "text": "Describe the image."}]}]
@@ -235,7 +233,7 @@ def test_image_request(http, entrypoint, plan):
     assert "red" in text, f"the description does not name the image's colour (red): {text[:200]!r}"
 
 
-@conformance(area="limits", must="Each API MUST reject prompt + max_tokens over max_model_len with 400 and accept a request within it.")
+@pytest.mark.conformance(area="limits", must="Each API MUST reject prompt + max_tokens over max_model_len with 400 and accept a request within it.")
 def test_max_model_len_enforced(api, http, plan):
     """On each API (the PD proxy has already answered 200 when the decode leg rejects a request)."""
     body = {"model": plan.expect.served_name, "prompt": "hi"}
@@ -297,7 +295,7 @@ def _prompt(tag: str, lines: int = 300) -> str:
     return f"[{RUN_NONCE} {tag}] " + " ".join(f"{tag} line {i} of a fresh document" for i in range(lines))
 
 
-@conformance(area="dp-routing", must="X-data-parallel-rank MUST pin a request to that rank (only its engine counts "
+@pytest.mark.conformance(area="dp-routing", must="X-data-parallel-rank MUST pin a request to that rank (only its engine counts "
                                      "it) and 400 an out-of-range rank.")
 def test_dp_rank_routing(http, plan):
     if not plan.expect.dp_routing:
@@ -322,7 +320,7 @@ def test_dp_rank_routing(http, plan):
     assert r.status_code == 400, f"an out-of-range DP rank got {r.status_code}, expected 400"
 
 
-@conformance(area="request-paths", must="Every API engine MUST serve a request sent to it, shown by its own "
+@pytest.mark.conformance(area="request-paths", must="Every API engine MUST serve a request sent to it, shown by its own "
                                         "vllm:request_success_total and by no other engine's.")
 def test_every_api_engine_serves(http, plan):
     """Each engine API (and each DP rank behind an internal-LB API) is asked directly, and the engine
@@ -362,7 +360,7 @@ def _pd_pairs(plan):
     return prefill, decode
 
 
-@conformance(area="request-paths", must="Every Decode engine MUST pull KV from every Prefill engine it is paired "
+@pytest.mark.conformance(area="request-paths", must="Every Decode engine MUST pull KV from every Prefill engine it is paired "
                                         "with (its external hits rise by the whole prompt, as vllm-ascend counts).")
 def test_decode_pulls_kv_from_every_prefill(http, plan):
     """The proxy's own protocol, pair by pair: Prefill with ``do_remote_decode``, then Decode with the
@@ -408,7 +406,7 @@ def test_decode_pulls_kv_from_every_prefill(http, plan):
                                       "connector sizes and engine ids, and the engine logs)")
 
 
-@conformance(area="request-paths", must="Concurrent requests through the proxy MUST reach every Prefill and Decode "
+@pytest.mark.conformance(area="request-paths", must="Concurrent requests through the proxy MUST reach every Prefill and Decode "
                                         "engine it routes to, each shown by its own counters.")
 def test_proxy_reaches_every_engine(http, plan):
     """The real proxy sends one request at a time to the least-loaded, first-listed engine, so
@@ -482,7 +480,7 @@ def _two_producers(plan, cold_cache):
     return apis[0], apis[0], cold_cache
 
 
-@conformance(area="external-cache", must="A prefix stored in the pool MUST be an external hit on a Prefill engine "
+@pytest.mark.conformance(area="external-cache", must="A prefix stored in the pool MUST be an external hit on a Prefill engine "
                                          "that did not compute it, and a fresh prompt MUST NOT hit.")
 def test_external_cache_hits_on_repeated_prefix(http, plan, cold_cache):
     """Measured on the producer side: Decode engines count every KV pull as external hits, so their
@@ -511,7 +509,7 @@ def _meta_gauge(http, plan, name: str) -> float:
     return _counter(text, name)
 
 
-@conformance(area="external-cache", must="A new long prompt MUST put blocks into the MemCache pool.")
+@pytest.mark.conformance(area="external-cache", must="A new long prompt MUST put blocks into the MemCache pool.")
 def test_pool_stores_blocks(http, entrypoint, plan):
     """A new long prompt through the service puts its blocks into the MemCache pool (the run nonce
     keeps it new on a deployment kept from an earlier run)."""
@@ -527,7 +525,7 @@ def test_pool_stores_blocks(http, entrypoint, plan):
                             "AscendStoreConnector is not saving to the pool (check MMC_LOCAL_CONFIG_PATH and pool capacity)")
 
 
-@conformance(area="external-cache", must="Blocks stored by each pooled producer MUST be external hits on another.")
+@pytest.mark.conformance(area="external-cache", must="Blocks stored by each pooled producer MUST be external hits on another.")
 def test_pool_hits_across_engines(http, plan, cold_cache):
     """Around the ring of pooled producer APIs, each stores a new prefix the next one must hit.
 
@@ -552,7 +550,7 @@ def test_pool_hits_across_engines(http, plan, cold_cache):
     assert not bad, "; ".join(bad) + " in the MemCache pool: check PYTHONHASHSEED on both, MMC_LOCAL_CONFIG_PATH and the MetaService"
 
 
-@conformance(area="security", must="With an API key configured, every engine API MUST refuse requests without it.")
+@pytest.mark.conformance(area="security", must="With an API key configured, every engine API MUST refuse requests without it.")
 def test_api_key_enforced(api, plan):
     """With K3LAB_API_KEY set, every engine API refuses requests without it (the guides ship none)."""
     import os
@@ -570,7 +568,7 @@ def test_api_key_enforced(api, plan):
     assert r.status_code == 200, f"{api.node}: /v1/models with the key answered {r.status_code}"
 
 
-@conformance(area="parsers", must="The official openai client MUST parse chat, reasoning and tool-call responses.")
+@pytest.mark.conformance(area="parsers", must="The official openai client MUST parse chat, reasoning and tool-call responses.")
 def test_openai_client_parses_responses(entrypoint, plan):
     """Schema drift shows up as a parse error in a real client, not in our own JSON handling."""
     import os

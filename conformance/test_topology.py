@@ -9,7 +9,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from k3lab.conformance import nodetools
 from k3lab.conformance.memcache import health_ok
-from k3lab.conformance.plugin import conformance
 
 KIND = "environment"  # default class of a failure here
 
@@ -26,7 +25,7 @@ def _listening(tools) -> set[int]:
     return ports
 
 
-@conformance(area="ranks-ports", must="Every planned listening port MUST listen on its planned node.")
+@pytest.mark.conformance(area="ranks-ports", must="Every planned listening port MUST listen on its planned node.")
 def test_planned_ports_listen(node, tools):
     # the DP RPC port is not expected: real vLLM closes it once the engines have handshaken
     expected = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and not u.startup_only]
@@ -43,7 +42,7 @@ def test_planned_ports_listen(node, tools):
                          f"log for a bind error or an early exit")
 
 
-@conformance(area="ranks-ports", must="The DP RPC (handshake) port MUST be closed once the engines serve: vLLM "
+@pytest.mark.conformance(area="ranks-ports", must="The DP RPC (handshake) port MUST be closed once the engines serve: vLLM "
              "closes it after the handshake, so a listener there is another process.")
 def test_startup_ports_closed(node, tools):
     held = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and u.startup_only]
@@ -62,7 +61,7 @@ def _planned_port(proc) -> int | None:
     return int(argv[argv.index("--port") + 1]) if "--port" in argv else None
 
 
-@conformance(area="ranks-ports", must="Headless nodes MUST NOT answer HTTP on their API port.")
+@pytest.mark.conformance(area="ranks-ports", must="Headless nodes MUST NOT answer HTTP on their API port.")
 def test_headless_nodes_expose_no_api(plan, http):
     if not plan.expect.headless:
         pytest.skip("no headless nodes in this scenario")
@@ -98,7 +97,7 @@ def _engine_claims(plan, tools) -> dict[tuple[str, str, int], list[str]]:
     return seen
 
 
-@conformance(area="ranks-ports", must="Every planned DP rank and PP node rank MUST be claimed by exactly one live "
+@pytest.mark.conformance(area="ranks-ports", must="Every planned DP rank and PP node rank MUST be claimed by exactly one live "
              "engine, on its planned node.")
 def test_engine_ranks_claimed_once(plan, tools):
     seen = _engine_claims(plan, tools)
@@ -116,7 +115,7 @@ def test_engine_ranks_claimed_once(plan, tools):
                        "--data-parallel-start-rank / --node-rank as in its rendered script)")
 
 
-@conformance(area="metaservice", must="The MetaService MUST report the planned DRAM segments and total capacity.")
+@pytest.mark.conformance(area="metaservice", must="The MetaService MUST report the planned DRAM segments and total capacity.")
 def test_metaservice_capacity(plan, http):
     meta = plan.expect.metaservice
     if meta is None:

@@ -699,14 +699,14 @@ def coverage_markdown(rows: list[dict], checks: list[str]) -> str:
 
 
 def live_checks() -> list[str]:
-    """Every conformance check (functions decorated with ``@conformance``), in file order."""
+    """Every conformance check (test functions marked ``@pytest.mark.conformance``), in file order."""
     import ast
 
     out = []
     for path in sorted(paths.CONFORMANCE.glob("test_*.py")):
         for fn in ast.parse(path.read_text()).body:
             if isinstance(fn, ast.FunctionDef) and any(
-                    isinstance(d, ast.Call) and getattr(d.func, "id", "") == "conformance" for d in fn.decorator_list):
+                    isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "conformance" for d in fn.decorator_list):
                 out.append(fn.name)
     return out
 

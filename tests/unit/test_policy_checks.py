@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from k3lab.conformance.plugin import declared
 from k3lab.model import catalog, policy
 
 CONF = Path(__file__).resolve().parents[2] / "conformance"
@@ -21,12 +22,11 @@ def _checks() -> dict[str, tuple[str, str]]:
     """conformance id -> (area, must), the way k3lab.conformance.plugin.metadata derives them."""
     out = {}
     for path in sorted(CONF.glob("*.py")):
-        mod = importlib.import_module(f"conformance.{path.stem}")
-        base = getattr(mod, "CONFORMANCE", {})
+        mod = importlib.import_module(f"k3lab.conformance.{path.stem}")
         for name, fn in inspect.getmembers(mod, inspect.isfunction):
             if not name.startswith("test_") or fn.__module__ != mod.__name__:
                 continue
-            meta = {**base, **getattr(fn, "CONFORMANCE", {})}
+            meta = declared(mod, fn)
             area = meta.get("area") or (path.stem[5:] if path.stem.startswith("test_") else path.stem)
             out[meta.get("id") or f"{area}.{name}"] = (area, meta.get("must", ""))
     return out

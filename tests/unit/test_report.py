@@ -203,7 +203,7 @@ DEMO = '''
 import pytest
 from k3lab.conformance.evidence import check, fail
 
-CONFORMANCE = {"area": "demo", "must": "Every node MUST answer 42"}
+pytestmark = pytest.mark.conformance(area="demo", must="Every node MUST answer 42")
 
 
 class Node:
@@ -221,11 +221,9 @@ def test_plain_assert():
     assert 1 == 2, "plain"
 
 
+@pytest.mark.conformance(id="demo.custom", must="It MUST pass")
 def test_custom_id():
     pass
-
-
-test_custom_id.CONFORMANCE = {"id": "demo.custom", "must": "It MUST pass"}
 
 
 def test_broken_check():
