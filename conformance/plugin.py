@@ -22,7 +22,7 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -43,9 +43,9 @@ def declared(*owners: Any) -> dict[str, str]:
     collecting anything (the policy's tests list the suite's check ids this way)."""
     meta: dict[str, str] = {}
     for owner in owners:
-        marks: Any = getattr(owner, "pytestmark", [])
+        marks = getattr(owner, "pytestmark", [])
         for decl in marks if isinstance(marks, list) else [marks]:
-            mark: pytest.Mark = getattr(decl, "mark", decl)  # a module's pytestmark may be a MarkDecorator
+            mark = cast(pytest.Mark, getattr(decl, "mark", decl))  # a module's pytestmark may be a MarkDecorator
             if mark.name == "conformance":
                 meta.update(mark.kwargs)
     return meta
