@@ -294,7 +294,9 @@ def _refuse_collision(plan: Plan) -> None:
     if plan.target != "sim":
         return
     client = docker.from_env()
-    live = client.containers.list(all=True, filters={"label": LABEL})
+    # ignore_removed: another run sharing the engine (k3lab release) may remove a container between
+    # the list and its inspect, which would otherwise fail this run's start with a 404
+    live = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
     # runs on other subnets can share the engine (k3lab release runs two at once); one on ours cannot
     ours = {n.address for n in plan.nodes}
     taken, networked = set(), set()
@@ -502,7 +504,7 @@ def down_all() -> int:
 
     client = docker.from_env()
     count = 0
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         c.remove(force=True)
         count += 1
     for net in client.networks.list(filters={"label": LABEL}):

@@ -134,7 +134,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
     for ep in endpoints:
-        for c in pool.get(ep).containers.list(all=True, filters=flt):
+        for c in pool.get(ep).containers.list(all=True, filters=flt, ignore_removed=True):
             print(f"{c.labels.get(LABEL)}  {c.labels.get('k3lab.node', '?'):8} {c.status:10} {c.name:24} {describe(ep)}")
     return 0
 

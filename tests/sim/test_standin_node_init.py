@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from tests.sim._standin import ROOTFS, SITE, base_env, procs, wait_until, write_node  # noqa: F401 (procs: fixture)
+from tests.sim._standin import ROOTFS, SIM_PATH, SITE, base_env, procs, wait_until, write_node  # noqa: F401 (procs: fixture)
 
 NODE_INIT = str(ROOTFS / "opt/k3lab-sim/bin/node-init")
 DEVICES = [{"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0", "vnic_ip": "10.89.1.11", "gateway": "10.88.0.1"},
@@ -70,11 +70,11 @@ def test_other_ip_failures_stop_the_node(tmp_path, procs):
 
 
 def test_reaps_exited_children():
-    sys.path.insert(0, str(SITE))
+    sys.path[:0] = SIM_PATH  # k3sim's parent, as the image's PYTHONPATH has it
     try:
         from k3sim.node_init import reap_children
     finally:
-        sys.path.remove(str(SITE))
+        del sys.path[:len(SIM_PATH)]
     pid = os.fork()
     if pid == 0:
         os._exit(0)

@@ -30,7 +30,13 @@ class Fail(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    out, status = answer(list(sys.argv[1:] if argv is None else argv))
+    sys.stdout.write(out)
+    return status
+
+
+def answer(args: list[str]) -> tuple[str, int]:
+    """What the tool prints (all on stdout, as the real one) and its exit status."""
     try:
         node, device_id, command, rest = parse(args)
         fd = exclusive()
@@ -38,12 +44,9 @@ def main(argv: list[str] | None = None) -> int:
             lines, status = COMMANDS[command](node, device_id, rest)
         finally:
             os.close(fd)
-        for line in lines:
-            print(line)
-        return status
+        return "".join(f"{line}\n" for line in lines), status
     except Fail as exc:
-        print(exc)
-        return exc.status
+        return f"{exc}\n", exc.status
 
 
 def exclusive() -> int:

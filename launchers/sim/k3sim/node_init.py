@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from k3sim import hw
+from k3sim import hw, toolservice
 
 HCCN_CONF = Path(os.environ.get("K3SIM_HCCN_CONF", "/etc/hccn.conf"))
 READY_FILE = Path(os.environ.get("K3SIM_READY_FILE", "/run/k3lab-sim/ready"))
+TOOL_PORT_FILE = Path(os.environ.get("K3SIM_TOOL_SERVICE", "/run/k3lab-sim/tool-service"))  # read by the tool shims
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 WATCHED = STOP_SIGNALS | {signal.SIGCHLD}
 
@@ -86,6 +87,10 @@ def main() -> int:
         add_address(address, prefix, node.nic)
     HCCN_CONF.parent.mkdir(parents=True, exist_ok=True)
     HCCN_CONF.write_text(hccn_conf(node))
+    try:
+        toolservice.start(TOOL_PORT_FILE)
+    except OSError as exc:  # the shims then run the tools in-process: slower, same answers
+        print(f"k3lab-sim: tool service not started: {exc}", flush=True)
     READY_FILE.parent.mkdir(parents=True, exist_ok=True)
     READY_FILE.touch()
     print(f"k3lab-sim node {node.data.get('node', '?')} ready ({node.platform}, "

@@ -60,15 +60,19 @@ class Fail(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    out, status = answer(list(sys.argv[1:] if argv is None else argv))
+    sys.stdout.write(out)
+    return status
+
+
+def answer(args: list[str]) -> tuple[str, int]:
+    """What the tool prints and its exit status."""
     try:
         if not args or args[0] != "info":
             raise Fail(USAGE)
-        print(info(hw.node(), args[1:]), end="")
-        return 0
+        return info(hw.node(), args[1:]), 0
     except Fail as exc:
-        print(exc, end="" if str(exc).endswith("\n") else "\n")
-        return 255
+        return str(exc) if str(exc).endswith("\n") else f"{exc}\n", 255
 
 
 def info(node: hw.Node, args: list[str]) -> str:
