@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend
 from k3lab.launchers.endpoints import HTTP, SshOptions, describe
+from k3lab.launchers.sim import neighbours
 from k3lab.model import apikey
 from k3lab.model.plan import Gate, Plan, Process
 from k3lab.preflight import checks as preflight
@@ -332,6 +333,8 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         raise ChecksFailed(f"preflight failed with {len(errors)} error(s); nothing was started")
     plan = rendered.plan
     _refuse_collision(plan)
+    if tgt == "sim" and (warning := neighbours.warning([plan])):
+        _log(f"WARNING: {warning}")
     run_dir = RUNS / run_id
     render.write(rendered, run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))

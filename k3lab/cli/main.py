@@ -284,7 +284,9 @@ def _add_release(sub) -> None:
     p.add_argument("--inventory", "-i", action="append", default=[], metavar="SCENARIO=FILE",
                    help="lab inventory per scenario (required for --target lab)")
     p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default k3lab/model/policies/default.yaml)")
-    p.add_argument("--jobs", "-j", type=int, default=2, metavar="N", help="cycles at a time (default 2)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="cycles at a time (default 3; on the sim fewer when the host's ARP table cannot hold "
+                        "the largest topologies at once, see the warning)")
     p.add_argument("--out", metavar="DIR", help="release directory (default releases/<timestamp>)")
     p.add_argument("--static-only", action="store_true", help="render, preflight and golden only (no Docker)")
     p.add_argument("--inject", action="append", default=[], metavar="SCENARIO=FAULT",

@@ -77,6 +77,8 @@ def release_md(out: Path, doc: dict[str, Any]) -> str:
              f"{doc['jobs']} at a time. Wall {t['total_s']:.1f} s (static {t['static_s']:.2f} s, live {t['live_s']:.1f} s; "
              f"sum of the cycles {t['sum_of_cycles_s']:.1f} s). Host load {md(doc['host']['load'])}, "
              f"{doc['host']['cpus']} CPUs. k3lab {md(doc['k3lab'])}, {md(doc['started'])}.", ""]
+    lines += [f"Host warning: {md(w)}" for w in doc["host"].get("warnings", [])] + \
+        ([""] if doc["host"].get("warnings") else [])
     if doc.get("injected"):
         lines += ["Injected faults: " + ", ".join(f"{md(k)}={md(v)}" for k, v in doc["injected"].items()), ""]
     lines += ["## Scenario × area", "",
@@ -118,6 +120,7 @@ td.na,td.none,td.ignored{background:#f6f8fa;color:#8c959f}.muted{color:#57606a}l
 Wall {{ '%.1f'|format(doc.timings.total_s) }} s (static {{ '%.2f'|format(doc.timings.static_s) }} s,
 live {{ '%.1f'|format(doc.timings.live_s) }} s; sum of the cycles {{ '%.1f'|format(doc.timings.sum_of_cycles_s) }} s).
 Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, {{ doc.started }}.</p>
+{% for w in doc.host.get('warnings', []) %}<p class="warn">Host warning: {{ w }}</p>{% endfor %}
 {% if doc.injected %}<p>Injected faults: {% for k, v in doc.injected.items() %}{{ k }}={{ v }} {% endfor %}</p>{% endif %}
 <h2>Scenario × area</h2>
 <table><tr><th>scenario</th><th>verdict</th>{% for a in areas %}<th>{{ a }}</th>{% endfor %}<th>evidence</th><th>cycle</th></tr>

@@ -61,3 +61,63 @@ def test_a_skipped_blocking_check_makes_the_release_incomplete(live, tmp_path):
     doc = release.run_release(["k3_a3_mixed"], policy.load(), tmp_path, live=True)
     assert doc["overall"] == "INCOMPLETE"
     assert "skipped, not a listed not-applicable reason: engine busy" in doc["scenarios"][0]["reasons"][0]
+
+
+@pytest.fixture
+def arp_limit(monkeypatch, tmp_path):
+    """The host's ARP table limit (gc_thresh3) as a file the test writes."""
+    from k3lab.launchers.sim import neighbours
+
+    path = tmp_path / "gc_thresh3"
+    monkeypatch.setattr(neighbours, "GC_THRESH3", path)
+    return path
+
+
+def _slots_seen(monkeypatch):
+    seen = {}
+    original = release.Live.cycle
+
+    def cycle(self, sid, inventory, inject):
+        seen.update(jobs=self.jobs, extra=self.extra)
+        return original(self, sid, inventory, inject)
+
+    monkeypatch.setattr(release.Live, "cycle", cycle)
+    return seen
+
+
+def test_default_slots_shrink_to_what_the_arp_table_holds(live, arp_limit, monkeypatch, tmp_path):
+    arp_limit.write_text("1024\n")  # the kernel default: k3_a3_pd + a3_pd_pooled + a5_pd_pooled need 1046
+    seen = _slots_seen(monkeypatch)
+    sids = ["k3_a3_pd", "a3_pd_pooled", "a5_pd_pooled"]
+    doc = release.run_release(sids, policy.load(), tmp_path / "r", live=True)
+    assert doc["jobs"] == seen["jobs"] == 2 and seen["extra"] == ["-n", "0"]
+    [warning] = doc["host"]["warnings"]
+    assert warning.startswith("3 cycles at a time reduced to 2:") and "gc_thresh3=16384" in warning
+    assert "Host warning: 3 cycles at a time reduced to 2" in (tmp_path / "r" / "release.md").read_text()
+    arp_limit.write_text("16384\n")
+    doc = release.run_release(sids, policy.load(), tmp_path / "s", live=True)
+    assert doc["jobs"] == 3 and doc["host"]["warnings"] == []
+
+
+def test_explicit_jobs_and_pytest_workers_are_kept(live, arp_limit, monkeypatch, tmp_path):
+    arp_limit.write_text("1024\n")
+    seen = _slots_seen(monkeypatch)
+    doc = release.run_release(["k3_a3_pd", "a3_pd_pooled", "a5_pd_pooled"], policy.load(), tmp_path, jobs=3,
+                              live=True, pytest_extra=["-n", "2"])
+    assert doc["jobs"] == seen["jobs"] == 3 and seen["extra"] == ["-n", "2"]
+    assert doc["host"]["warnings"][0].startswith("the simulated device network needs up to 1046 ARP entries")
+
+
+def test_every_slot_gets_private_networks_of_its_own():
+    import ipaddress
+
+    envs = [release._slot_env(s) for s in range(1, 33)]
+    for env in envs:
+        assert all(ipaddress.ip_network(v).is_private for v in env.values())
+    assert len({tuple(e.values()) for e in envs}) == 32
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "33"])
+def test_jobs_out_of_range_is_a_usage_error(jobs, tmp_path, capsys):
+    assert main(["release", "--static-only", "--jobs", jobs, "--out", str(tmp_path)]) == 2
+    assert "--jobs takes 1 to 32" in capsys.readouterr().err
