@@ -42,18 +42,25 @@ def test_container_matches_plan(node, state, plan, docker_clients):
     want_shm = {"1g": 1 << 30}.get(node.container.shm_size)
     assert hc["ShmSize"] == want_shm, f"{where}: shm {hc['ShmSize']} bytes, planned {node.container.shm_size}"
     if plan.target == "lab":
-        assert bool(hc["Privileged"]) == node.container.privileged, \
-            f"{where}: privileged={hc['Privileged']}, planned {node.container.privileged}"
-        assert hc["NetworkMode"] == node.container.network_mode, \
-            f"{where}: network {hc['NetworkMode']}, planned {node.container.network_mode}"
-        devices = {d["PathOnHost"] for d in hc.get("Devices") or []}
-        missing_dev = [d for d in node.container.devices if d not in devices]
-        assert not missing_dev, f"{where}: missing devices {missing_dev}"
-        targets = {m["Destination"].rstrip("/") for m in c.attrs["Mounts"]}
-        missing = [m.target for m in node.container.mounts if m.target.rstrip("/") not in targets]
-        assert not missing, f"{where}: missing mounts {missing}"
+        _assert_lab_container(c, node, where)
     else:
         nets = c.attrs["NetworkSettings"]["Networks"]
         addr = next(iter(nets.values()))["IPAddress"]
         assert addr == node.address, f"{where}: address {addr}, planned {node.address}"
     assert c.labels.get("k3lab.node") == node.name, f"{where}: label k3lab.node={c.labels.get('k3lab.node')}"
+
+
+def _assert_lab_container(c, node, where: str) -> None:
+    """Privileges, network, devices and mounts as planned (the sim's containers have none of them)."""
+    __tracebackhide__ = True  # a failure shows the check, not this helper
+    hc = c.attrs["HostConfig"]
+    assert bool(hc["Privileged"]) == node.container.privileged, \
+        f"{where}: privileged={hc['Privileged']}, planned {node.container.privileged}"
+    assert hc["NetworkMode"] == node.container.network_mode, \
+        f"{where}: network {hc['NetworkMode']}, planned {node.container.network_mode}"
+    devices = {d["PathOnHost"] for d in hc.get("Devices") or []}
+    missing_dev = [d for d in node.container.devices if d not in devices]
+    assert not missing_dev, f"{where}: missing devices {missing_dev}"
+    targets = {m["Destination"].rstrip("/") for m in c.attrs["Mounts"]}
+    missing = [m.target for m in node.container.mounts if m.target.rstrip("/") not in targets]
+    assert not missing, f"{where}: missing mounts {missing}"

@@ -163,19 +163,7 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
     with ThreadPoolExecutor(max_workers=8) as pool:
         addrs = dict(zip([n.name for n in nodes], pool.map(lambda n: _addresses(tools[n.name], n, kinds(n)), nodes)))
     facts = {name: (addrs[name], pods[name]) for name in addrs}
-    failures, pairs = [], {}
-    for i, a in enumerate(nodes):
-        for d in range(a.device_count):
-            b = nodes[(i + 1 + d % (len(nodes) - 1)) % len(nodes)]
-            e = (d + r) % b.device_count
-            same_pod = a.platform == "A3" and b.platform == "A3" and facts[a.name][1] == facts[b.name][1]
-            verb, kind = ("-hccs_ping", "vnic") if same_pod else ("-ping", "ip")
-            target = facts[b.name][0].get(e, {}).get(kind)
-            if target is None:
-                failures.append(f"{b.name} device {e}: no {kind} address (hccn_tool -i {e} -{kind} -g); "
-                                f"set it in /etc/hccn.conf")
-                continue
-            pairs.setdefault(a.name, []).append((d, b.name, e, verb, target))
+    pairs, failures = _ping_pairs(nodes, facts, r)
 
     def ping_all(name):
         todo = dict(enumerate(pairs.get(name, [])))
@@ -196,6 +184,36 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = dict(zip(pairs, pool.map(ping_all, pairs)))
+    failures += _lossy_pairs(pairs, answers)
+    sample = f"rotation r={r} (K3LAB_SAMPLE_SEED to repeat), {sum(map(len, pairs.values()))} device pairs"
+    print(sample)
+    assert not failures, ("unreachable device pairs: " + "; ".join(failures) + f" [{sample}]. Check the device "
+                          "links and switch ports of both ends, /etc/hccn.conf, and the super pod ids "
+                          "(npu-smi info -t spod-info)")
+
+
+def _ping_pairs(nodes, facts, r: int) -> tuple[dict[str, list[tuple]], list[str]]:
+    """Per source node, (device, peer node, peer device, verb, target address); and the peers
+    that have no address to ping."""
+    failures: list[str] = []
+    pairs: dict[str, list[tuple]] = {}
+    for i, a in enumerate(nodes):
+        for d in range(a.device_count):
+            b = nodes[(i + 1 + d % (len(nodes) - 1)) % len(nodes)]
+            e = (d + r) % b.device_count
+            same_pod = a.platform == "A3" and b.platform == "A3" and facts[a.name][1] == facts[b.name][1]
+            verb, kind = ("-hccs_ping", "vnic") if same_pod else ("-ping", "ip")
+            target = facts[b.name][0].get(e, {}).get(kind)
+            if target is None:
+                failures.append(f"{b.name} device {e}: no {kind} address (hccn_tool -i {e} -{kind} -g); "
+                                f"set it in /etc/hccn.conf")
+                continue
+            pairs.setdefault(a.name, []).append((d, b.name, e, verb, target))
+    return pairs, failures
+
+
+def _lossy_pairs(pairs: dict[str, list[tuple]], answers: dict[str, dict[str, str]]) -> list[str]:
+    failures = []
     for name, todo in pairs.items():
         for k, (d, peer, e, verb, target) in enumerate(todo):
             text = answers[name].get(str(k), "")
@@ -204,8 +222,4 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
                     (ln for ln in text.splitlines() if "packets transmitted" in ln), text[-120:] or "no answer")
                 failures.append(f"{name} device {d} -> {peer} device {e} ({verb} {target}): expected 0.00% loss, "
                                 f"seen '{seen}'")
-    sample = f"rotation r={r} (K3LAB_SAMPLE_SEED to repeat), {sum(map(len, pairs.values()))} device pairs"
-    print(sample)
-    assert not failures, ("unreachable device pairs: " + "; ".join(failures) + f" [{sample}]. Check the device "
-                          "links and switch ports of both ends, /etc/hccn.conf, and the super pod ids "
-                          "(npu-smi info -t spod-info)")
+    return failures

@@ -331,27 +331,36 @@ def test_every_api_engine_serves(http, plan):
         # ranks in reverse, two requests each (see test_dp_rank_routing)
         ranks = list(reversed(api.dp_ranks)) if plan.expect.dp_routing and len(api.dp_ranks) > 1 else [None]
         for rank in ranks:
-            headers = {"X-data-parallel-rank": str(rank)} if rank is not None else {}
-            before = _settled(http, plan.expect.apis)
-            try:
-                replies = [http.post(f"{api.url}/v1/completions", headers=headers, timeout=60,
-                                     json={"model": plan.expect.served_name, "prompt": f"path {RUN_NONCE} {api.node}",
-                                           "max_tokens": 4}) for _ in range(2)]
-            except OSError as exc:
-                bad.append(f"{api.node} ({api.url}): unreachable from the kit host: {exc}")
-                continue
-            if any(r.status_code != 200 for r in replies):
-                bad.append(f"{api.node} ({api.url}): {[r.status_code for r in replies]} {replies[-1].text[:120]}")
-                continue
-            after = _settled(http, plan.expect.apis)
-            moved = {a.node: m for a in plan.expect.apis if (m := _moved(before[a.url], after[a.url]))}
-            own = moved.pop(api.node, {})
-            pinned = rank if rank is not None else (api.dp_ranks[0] if len(api.dp_ranks) == 1 else None)
-            ok_own = own == {str(pinned): 2.0} if pinned is not None else sum(own.values()) == 2.0
-            if not ok_own or moved:
-                bad.append(f"{api.node} ({api.url}{f', rank {rank}' if rank is not None else ''}): expected its own "
-                           f"engine to count 2 requests, counters moved: own {own or 'none'}, others {moved or 'none'}")
+            if problem := _served_by_itself(http, plan, api, rank):
+                bad.append(problem)
     assert not bad, "; ".join(bad) + " (check the engine logs and that each API fronts its planned engine)"
+
+
+def _served_by_itself(http, plan, api, rank: int | None) -> str | None:
+    """Two requests to ``api`` (pinned to ``rank``): None when its own engine (rank) counted both
+    and no other engine moved, else what went wrong."""
+    headers = {"X-data-parallel-rank": str(rank)} if rank is not None else {}
+    before = _settled(http, plan.expect.apis)
+    try:
+        replies = [http.post(f"{api.url}/v1/completions", headers=headers, timeout=60,
+                             json={"model": plan.expect.served_name, "prompt": f"path {RUN_NONCE} {api.node}",
+                                   "max_tokens": 4}) for _ in range(2)]
+    except OSError as exc:
+        return f"{api.node} ({api.url}): unreachable from the kit host: {exc}"
+    if any(r.status_code != 200 for r in replies):
+        return f"{api.node} ({api.url}): {[r.status_code for r in replies]} {replies[-1].text[:120]}"
+    return _counted_by_itself(plan, api, rank, before, _settled(http, plan.expect.apis))
+
+
+def _counted_by_itself(plan, api, rank: int | None, before, after) -> str | None:
+    moved = {a.node: m for a in plan.expect.apis if (m := _moved(before[a.url], after[a.url]))}
+    own = moved.pop(api.node, {})
+    pinned = rank if rank is not None else (api.dp_ranks[0] if len(api.dp_ranks) == 1 else None)
+    ok_own = own == {str(pinned): 2.0} if pinned is not None else sum(own.values()) == 2.0
+    if ok_own and not moved:
+        return None
+    return (f"{api.node} ({api.url}{f', rank {rank}' if rank is not None else ''}): expected its own "
+            f"engine to count 2 requests, counters moved: own {own or 'none'}, others {moved or 'none'}")
 
 
 def _pd_pairs(plan):

@@ -115,6 +115,18 @@ def test_engine_ranks_claimed_once(plan, tools):
                        "--data-parallel-start-rank / --node-rank as in its rendered script)")
 
 
+def _dram_capacity(text: str) -> tuple[dict[str, int], int]:
+    """DRAM bytes per segment and in total, from the MetaService's Prometheus text."""
+    segments, total = {}, 0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "memcache_segment_capacity_bytes" and s.labels.get("segment", "").endswith("-dram"):
+                segments[s.labels["segment"]] = int(s.value)
+            if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram":
+                total = int(s.value)
+    return segments, total
+
+
 @pytest.mark.conformance(area="metaservice", must="The MetaService MUST report the planned DRAM segments and total capacity.")
 def test_metaservice_capacity(plan, http):
     meta = plan.expect.metaservice
@@ -125,13 +137,7 @@ def test_metaservice_capacity(plan, http):
     text = http.get(f"{meta.metrics_url}/metrics", timeout=5).text
     assert "memcache_total_capacity_bytes" in text, ("the MetaService serves no capacity metrics: MemCache 1.0.x "
                                                      "has none; the kit supports memcache_hybrid 1.1 and later")
-    segments, total = {}, 0
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "memcache_segment_capacity_bytes" and s.labels.get("segment", "").endswith("-dram"):
-                segments[s.labels["segment"]] = int(s.value)
-            if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram":
-                total = int(s.value)
+    segments, total = _dram_capacity(text)
     if meta.segments is None:
         assert total > 0, "MetaService reports no DRAM capacity: no pool member registered"
         return

@@ -182,36 +182,49 @@ def shell_env(run: Run, node) -> dict[str, str]:
 # -------------------------------------------------------------------------------------- gates
 
 
+def _tcp_open(run: Run, gate: Gate) -> bool:
+    host, port = gate.target.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=1):
+        return True
+
+
+def _http_200(run: Run, gate: Gate) -> bool:
+    headers = {}
+    if apikey.get() and "/v1/" in gate.target:
+        headers["Authorization"] = f"Bearer {apikey.get()}"
+    return HTTP.get(gate.target, timeout=2, headers=headers).status_code == 200
+
+
+def _log_line(run: Run, gate: Gate) -> bool:
+    proc = next(p for p in run.plan.processes() if p.id == gate.process)
+    code, _ = run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10)
+    return code == 0
+
+
+def _proxy_instances(run: Run, gate: Gate) -> bool:
+    body = requests.get(gate.target, timeout=2).json()
+    return body.get("status") == "ok" and all(body.get(f"{role}_instances") == n
+                                              for role, n in (gate.instances or {}).items())
+
+
+def _metaservice_capacity(run: Run, gate: Gate) -> bool:
+    total = sum(s.value for fam in text_string_to_metric_families(HTTP.get(gate.target, timeout=2).text)
+                for s in fam.samples
+                if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram")
+    return int(total) == gate.expect
+
+
+GATE_PROBES = {"tcp": _tcp_open, "http": _http_200, "log": _log_line, "proxy_instances": _proxy_instances,
+               "metaservice_capacity": _metaservice_capacity}
+
+
 def gate_ok(run: Run, gate: Gate) -> bool:
+    """One probe of one readiness gate; an unreachable or malformed answer is 'not yet'."""
+    probe = GATE_PROBES.get(gate.kind)
     try:
-        if gate.kind == "tcp":
-            host, port = gate.target.rsplit(":", 1)
-            with socket.create_connection((host, int(port)), timeout=1):
-                return True
-        if gate.kind == "http":
-            headers = {}
-            if apikey.get() and "/v1/" in gate.target:
-                headers["Authorization"] = f"Bearer {apikey.get()}"
-            return HTTP.get(gate.target, timeout=2, headers=headers).status_code == 200
-        if gate.kind == "log":
-            proc = next(p for p in run.plan.processes() if p.id == gate.process)
-            code, _ = run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10)
-            return code == 0
-        if gate.kind == "proxy_instances":
-            body = requests.get(gate.target, timeout=2).json()
-            return body.get("status") == "ok" and all(body.get(f"{role}_instances") == n
-                                                      for role, n in (gate.instances or {}).items())
-        if gate.kind == "metaservice_capacity":
-            text = HTTP.get(gate.target, timeout=2).text
-            total = 0.0
-            for fam in text_string_to_metric_families(text):
-                for s in fam.samples:
-                    if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram":
-                        total += s.value
-            return int(total) == gate.expect
+        return bool(probe and probe(run, gate))
     except (OSError, requests.RequestException, ValueError):
         return False
-    return False
 
 
 def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) -> None:
@@ -298,21 +311,27 @@ def _refuse_collision(plan: Plan) -> None:
     # ignore_removed: another run sharing the engine (k3lab release) may remove a container between
     # the list and its inspect, which would otherwise fail this run's start with a 404
     live = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
-    # runs on other subnets can share the engine (k3lab release runs two at once); one on ours cannot
-    ours = {n.address for n in plan.nodes}
+    # runs on other subnets can share the engine (k3lab release runs several at once); one on ours cannot
+    taken, networked = _runs_on_our_subnets(client, plan)
+    live = [c for c in live if c.labels.get(LABEL) in taken or c.labels.get(LABEL) not in networked]
+    if live:
+        runs = sorted({c.labels.get(LABEL) for c in live})
+        raise EnvError(f"run(s) {', '.join(runs)} still up on the local engine; "
+                       f"'k3lab down --all' first (or 'k3lab down RUN')")
+
+
+def _runs_on_our_subnets(client, plan: Plan) -> tuple[set[str], set[str]]:
+    """(runs whose network holds one of our addresses, runs that have a network at all)."""
+    ours = [ipaddress.ip_address(n.address) for n in plan.nodes if n.address]
     taken, networked = set(), set()
     for net in client.networks.list(filters={"label": LABEL}):
         label = (net.attrs.get("Labels") or {}).get(LABEL)
         networked.add(label)
         for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
             subnet = ipaddress.ip_network(cfg.get("Subnet", "0.0.0.0/0"), strict=False)
-            if any(ipaddress.ip_address(a) in subnet for a in ours if a):
+            if any(a in subnet for a in ours):
                 taken.add(label)
-    live = [c for c in live if c.labels.get(LABEL) in taken or c.labels.get(LABEL) not in networked]
-    if live:
-        runs = sorted({c.labels.get(LABEL) for c in live})
-        raise EnvError(f"run(s) {', '.join(runs)} still up on the local engine; "
-                       f"'k3lab down --all' first (or 'k3lab down RUN')")
+    return taken, networked
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
@@ -325,12 +344,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     started = time.monotonic()
     rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)
-    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
-    errors = preflight.errors(findings)
-    if errors:
-        for f in errors:
-            print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
-        raise ChecksFailed(f"preflight failed with {len(errors)} error(s); nothing was started")
+    _refuse_preflight_errors(rendered, inv.sim.subnet)
     plan = rendered.plan
     _refuse_collision(plan)
     if tgt == "sim" and (warning := neighbours.warning([plan])):
@@ -346,34 +360,8 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     try:
-        t = time.monotonic()
-        run.backend.prepare()
-        _log(f"creating {len(plan.nodes)} containers")
-        def bring_up(n) -> None:  # per node, no barrier between the steps (each a round trip on a lab)
-            run.backend.create(n)
-            run.backend.put(n, _node_files(run, n))
-            run.backend.start(n)
-
-        run.backend.parallel(bring_up, plan.nodes)
-        run.backend.after_start()
-        run.timings["containers_s"] = time.monotonic() - t
-        t = time.monotonic()
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            run.shell_env = dict(zip([n.name for n in plan.nodes], pool.map(lambda n: shell_env(run, n), plan.nodes)))
-        run.timings["shell_env_s"] = time.monotonic() - t
-        run.save("starting")
-        launched: list[str] = []
-        for stage in plan.stages:
-            t = time.monotonic()
-            for pid in stage.processes:
-                start_process(run, next(p for p in plan.processes() if p.id == pid))
-                launched.append(pid)
-            timeout = min(stage.timeout_s, SIM_TIMEOUT_S) if tgt == "sim" else stage.timeout_s
-            wait_stage(run, stage, timeout, progress, launched)
-            run.timings[f"stage_{stage.name}_s"] = time.monotonic() - t
-            _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
+        _create_containers(run)
+        _launch_stages(run, progress)
         run.timings["up_s"] = time.monotonic() - started
         run.save("up")
         _log(f"run {run_id} is up in {run.timings['up_s']:.1f}s; entrypoint {plan.expect.entrypoint}")
@@ -390,6 +378,53 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     finally:
         progress.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _refuse_preflight_errors(rendered, sim_subnet) -> None:
+    errors = preflight.errors(preflight.run(rendered.plan, rendered.files, sim_subnet=sim_subnet))
+    if errors:
+        for f in errors:
+            print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+        raise ChecksFailed(f"preflight failed with {len(errors)} error(s); nothing was started")
+
+
+def _create_containers(run: Run) -> None:
+    """Every node's container created, its files staged, started; then each node's login-shell env."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    plan = run.plan
+    t = time.monotonic()
+    run.backend.prepare()
+    _log(f"creating {len(plan.nodes)} containers")
+
+    def bring_up(n) -> None:  # per node, no barrier between the steps (each a round trip on a lab)
+        run.backend.create(n)
+        run.backend.put(n, _node_files(run, n))
+        run.backend.start(n)
+
+    run.backend.parallel(bring_up, plan.nodes)
+    run.backend.after_start()
+    run.timings["containers_s"] = time.monotonic() - t
+    t = time.monotonic()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        run.shell_env = dict(zip([n.name for n in plan.nodes], pool.map(lambda n: shell_env(run, n), plan.nodes)))
+    run.timings["shell_env_s"] = time.monotonic() - t
+    run.save("starting")
+
+
+def _launch_stages(run: Run, progress: Progress) -> None:
+    """The plan's stages in the documented order, each process started, then its gates awaited."""
+    plan = run.plan
+    launched: list[str] = []
+    for stage in plan.stages:
+        t = time.monotonic()
+        for pid in stage.processes:
+            start_process(run, next(p for p in plan.processes() if p.id == pid))
+            launched.append(pid)
+        timeout = min(stage.timeout_s, SIM_TIMEOUT_S) if plan.target == "sim" else stage.timeout_s
+        wait_stage(run, stage, timeout, progress, launched)
+        run.timings[f"stage_{stage.name}_s"] = time.monotonic() - t
+        _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
 
 
 def _lab_preflight(run: Run, pull: str) -> None:

@@ -173,62 +173,22 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
     _log(f"static: {len(scenarios)} scenarios rendered, preflighted and compared with golden/ in {static_s:.2f}s")
     cycles: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
-    live_s = 0.0
-    jobs_given = jobs
-    jobs = max(1, jobs) if jobs else SLOTS
+    slots = max(1, jobs) if jobs else SLOTS
+    t1 = time.monotonic()
     if live:
-        t1 = time.monotonic()
-        extra = list(pytest_extra or [])
         if target == "sim":
             _build_images(scenarios)
-            jobs, warnings = _sim_slots(scenarios, jobs, explicit=bool(jobs_given))
-            if not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
-                # the slots already keep the cores busy; xdist's workers would add ~3 CPU-s of
-                # interpreter start-up per cycle (measured: release 169.8 s -> 154.9 s on 2 cores)
-                extra += ["-n", "0"]
-        runner = Live(out, jobs, target, timeout, extra)
-        runnable = [s for s in scenarios if not any(r["status"] == "fail" for r in static[s])]
-        for sid in set(scenarios) - set(runnable):
-            cycles[sid] = {"scenario": sid, "exit": None, "wall_s": 0.0, "note": "not run: the static stage failed"}
-        # largest topologies first: the slots then finish at about the same time
-        runnable.sort(key=lambda s: -_node_count(s))
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-        def stop(signum, frame):
-            _log("interrupted: stopping the running cycles (each tears down)")
-            runner.interrupt()
-
-        for sig in previous:
-            signal.signal(sig, stop)
-        try:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = {sid: pool.submit(runner.cycle, sid, inventories.get(sid), inject.get(sid))
-                           for sid in runnable}
-                for sid, fut in futures.items():
-                    cycles[sid] = fut.result()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        live_s = time.monotonic() - t1
-    verdicts = []
-    for sid in scenarios:
-        eff = policy.for_scenario(sid)
-        cyc = cycles.get(sid)
-        if cyc and cyc.get("run_dir"):
-            v = gate.evaluate_run(eff, cyc["run_dir"], static[sid], cyc.get("note", ""))
-        else:
-            items = gate.static_items(eff, static[sid])
-            if live:
-                items.append(gate.Item("live.results", "live.results", "live", "block", "incomplete",
-                                       f"no run: {(cyc or {}).get('note', 'not started')}"))
-            v = gate.decide(sid, items)
-        verdicts.append(v)
+            slots, warnings = _sim_slots(scenarios, slots, explicit=bool(jobs))
+        runner = Live(out, slots, target, timeout, _cycle_pytest_args(target, pytest_extra or []))
+        cycles = _run_cycles(runner, scenarios, static, inventories, inject)
+    live_s = time.monotonic() - t1 if live else 0.0
+    verdicts = [_verdict(policy, sid, static[sid], cycles.get(sid), live) for sid in scenarios]
     doc = {"schema": 1, "kind": "k3lab-release", "k3lab": __version__, "target": target,
            "policy": policy_source, "started": started.isoformat(timespec="seconds"),
            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                     "load": _load(), "warnings": warnings},
-           "jobs": jobs, "live": live, "injected": inject,
+           "jobs": slots, "live": live, "injected": inject,
            "timings": {"total_s": round(time.monotonic() - t0, 2), "static_s": round(static_s, 3),
                        "live_s": round(live_s, 2),
                        "sum_of_cycles_s": round(sum(c.get("wall_s", 0) for c in cycles.values()), 2)},
@@ -239,6 +199,54 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
 
     releasereport.write_all(out, doc)
     return doc
+
+
+def _cycle_pytest_args(target: str, extra: list[str]) -> list[str]:
+    if target != "sim" or any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
+        return list(extra)
+    # the slots already keep the cores busy; xdist's workers would add ~3 CPU-s of interpreter
+    # start-up per cycle (measured: release 169.8 s -> 154.9 s on 2 cores)
+    return [*extra, "-n", "0"]
+
+
+def _run_cycles(runner: Live, scenarios: list[str], static: dict[str, list[dict[str, Any]]],
+                inventories: dict[str, str], inject: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Every scenario whose static stage passed, ``runner.jobs`` at a time; Ctrl-C/SIGTERM stop them all."""
+    cycles: dict[str, dict[str, Any]] = {}
+    runnable = [s for s in scenarios if not any(r["status"] == "fail" for r in static[s])]
+    for sid in set(scenarios) - set(runnable):
+        cycles[sid] = {"scenario": sid, "exit": None, "wall_s": 0.0, "note": "not run: the static stage failed"}
+    # largest topologies first: the slots then finish at about the same time
+    runnable.sort(key=lambda s: -_node_count(s))
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(signum, frame):
+        _log("interrupted: stopping the running cycles (each tears down)")
+        runner.interrupt()
+
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        with ThreadPoolExecutor(max_workers=runner.jobs) as pool:
+            futures = {sid: pool.submit(runner.cycle, sid, inventories.get(sid), inject.get(sid)) for sid in runnable}
+            for sid, fut in futures.items():
+                cycles[sid] = fut.result()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return cycles
+
+
+def _verdict(policy: Policy, sid: str, static: list[dict[str, Any]], cycle: dict[str, Any] | None,
+             live: bool) -> gate.Verdict:
+    eff = policy.for_scenario(sid)
+    if cycle and cycle.get("run_dir"):
+        return gate.evaluate_run(eff, cycle["run_dir"], static, cycle.get("note", ""))
+    items = gate.static_items(eff, static)
+    if live:
+        items.append(gate.Item("live.results", "live.results", "live", "block", "incomplete",
+                               f"no run: {(cycle or {}).get('note', 'not started')}"))
+    return gate.decide(sid, items)
 
 
 def _build_images(scenarios: list[str]) -> None:
@@ -313,30 +321,40 @@ def cmd_release(args) -> int:
     for sid in scenarios:
         scenario_id(sid)  # unknown ids: a usage error with a did-you-mean
     inventories = _pairs(args.inventory, "--inventory")
-    if args.target == "lab":
-        missing = [s for s in scenarios if s not in inventories]
-        if missing and not args.static_only:
-            raise UsageError(f"--target lab needs --inventory SCENARIO=FILE for {', '.join(missing)}")
+    missing = [s for s in scenarios if s not in inventories]
+    if args.target == "lab" and missing and not args.static_only:
+        raise UsageError(f"--target lab needs --inventory SCENARIO=FILE for {', '.join(missing)}")
     inject = _pairs(args.inject, "--inject")
-    if inject:
-        from k3lab.tools import faults
-
-        for sid, fid in inject.items():  # checked up front: a bad pair must not cost a whole release
-            fault = faults.CATALOG.get(fid)
-            if fault is None or fault.kind != "live":
-                raise UsageError(f"--inject {sid}={fid}: not a live fault of the catalog (k3lab faults --list)")
-            if fault.scenario != sid or args.target != "sim":
-                raise UsageError(f"--inject {sid}={fid}: fault {fid} is for {fault.scenario} on the sim target")
-            if sid not in scenarios:
-                raise UsageError(f"--inject {sid}={fid}: {sid} is not among the release's scenarios")
+    _check_injections(inject, scenarios, args.target)
     out = Path(args.out) if args.out else RELEASES / time.strftime("%Y%m%d-%H%M%S")
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
                       str(args.policy or "default"))
+    _print_summary(doc, out)
+    return gate.EXIT[doc["overall"]]
+
+
+def _check_injections(inject: dict[str, str], scenarios: list[str], target: str) -> None:
+    """Checked up front: a bad SCENARIO=FAULT pair must not cost a whole release."""
+    if not inject:
+        return
+    from k3lab.tools import faults
+
+    for sid, fid in inject.items():
+        fault = faults.CATALOG.get(fid)
+        if fault is None or fault.kind != "live":
+            raise UsageError(f"--inject {sid}={fid}: not a live fault of the catalog (k3lab faults --list)")
+        if fault.scenario != sid or target != "sim":
+            raise UsageError(f"--inject {sid}={fid}: fault {fid} is for {fault.scenario} on the sim target")
+        if sid not in scenarios:
+            raise UsageError(f"--inject {sid}={fid}: {sid} is not among the release's scenarios")
+
+
+def _print_summary(doc: dict[str, Any], out: Path) -> None:
     t = doc["timings"]
     for v in doc["scenarios"]:
         print(f"{v['verdict']:10} {v['scenario']}" + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})"
                                                       if v["reasons"] else ""))
-    print(f"release {doc['overall']}: {len(scenarios)} scenarios, wall {t['total_s']:.1f}s (static {t['static_s']:.2f}s, "
-          f"live {t['live_s']:.1f}s, sum of cycles {t['sum_of_cycles_s']:.1f}s); report {out / 'release.html'}")
-    return gate.EXIT[doc["overall"]]
+    print(f"release {doc['overall']}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
+          f"(static {t['static_s']:.2f}s, live {t['live_s']:.1f}s, sum of cycles {t['sum_of_cycles_s']:.1f}s); "
+          f"report {out / 'release.html'}")

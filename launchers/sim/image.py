@@ -48,62 +48,73 @@ def _wrapper(python: str) -> bytes:
             f'exec {python} "$@"\n').encode()
 
 
+class _RootFS:
+    """A reproducible tar (mtime 0) whose digest covers every file's name and content."""
+
+    def __init__(self, tar: tarfile.TarFile, digest) -> None:
+        self.tar, self.digest, self.dirs = tar, digest, set(SKELETON_DIRS)
+
+    def dir(self, name: str, mode: int = 0o755) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, 0
+        self.tar.addfile(info)
+
+    def dir_once(self, name: str) -> None:
+        if name not in self.dirs:
+            self.dir(name)
+            self.dirs.add(name)
+
+    def file(self, name: str, data: bytes, mode: int) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, 0
+        self.tar.addfile(info, io.BytesIO(data))
+        self.digest.update(name.encode() + b"\0" + data)
+
+    def link(self, name: str, target: str) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, 0
+        self.tar.addfile(info)
+
+
+def _stand_ins(fs: _RootFS) -> None:
+    """launchers/sim/rootfs as it is, and the k3sim package in the image's site."""
+    tree = [(p, p.relative_to(ROOTFS).as_posix()) for p in ROOTFS.rglob("*")]
+    tree += [(p, f"{SITE.lstrip('/')}/k3sim/{p.relative_to(PACKAGE).as_posix()}") for p in PACKAGE.rglob("*")]
+    tree.append((PACKAGE, f"{SITE.lstrip('/')}/k3sim"))
+    for path, rel in sorted(tree, key=lambda t: t[1]):
+        if "__pycache__" in rel or rel.endswith(".pyc"):
+            continue
+        if path.is_dir():
+            fs.dir_once(rel)
+        else:
+            fs.file(rel, path.read_bytes(), path.stat().st_mode & 0o777)
+
+
 def build_tar(vllm_ascend_version: str = vllm_ascend.K3) -> tuple[bytes, str]:
     """The image's root filesystem as a tar (for ``docker import`` on any engine) and its tag."""
     examples = vllm_ascend.examples(vllm_ascend_version)
     buf = io.BytesIO()
     digest = hashlib.sha256()
-    mtime = 0  # reproducible archive
-
-    def add_dir(name: str, mode: int = 0o755) -> None:
-        info = tarfile.TarInfo(name)
-        info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, mtime
-        tar.addfile(info)
-
-    def add_file(name: str, data: bytes, mode: int) -> None:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = len(data), mode, mtime
-        tar.addfile(info, io.BytesIO(data))
-        digest.update(name.encode() + b"\0" + data)
-
     with tarfile.open(fileobj=buf, mode="w") as tar:
+        fs = _RootFS(tar, digest)
         for d in SKELETON_DIRS:
-            add_dir(d, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
+            fs.dir(d, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
         for link, target in (("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")):
-            info = tarfile.TarInfo(link)
-            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, mtime
-            tar.addfile(info)
-        add_file("etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/bin/false\n", 0o644)
-        add_file("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)
-        seen_dirs: set[str] = set(SKELETON_DIRS)
-        tree = [(p, p.relative_to(ROOTFS).as_posix()) for p in ROOTFS.rglob("*")]
-        tree += [(p, f"{SITE.lstrip('/')}/k3sim/{p.relative_to(PACKAGE).as_posix()}") for p in PACKAGE.rglob("*")]
-        tree.append((PACKAGE, f"{SITE.lstrip('/')}/k3sim"))
-        for path, rel in sorted(tree, key=lambda t: t[1]):
-            if "__pycache__" in rel or rel.endswith(".pyc"):
-                continue
-            if path.is_dir():
-                if rel not in seen_dirs:
-                    add_dir(rel)
-                    seen_dirs.add(rel)
-            else:
-                add_file(rel, path.read_bytes(), path.stat().st_mode & 0o777)
+            fs.link(link, target)
+        fs.file("etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/bin/false\n", 0o644)
+        fs.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)
+        _stand_ins(fs)
         # the real example programs, unchanged, where the vllm-ascend images keep their source tree
         for rel, data in sorted(examples.items()):
             parts = f"{VLLM_ASCEND_DIR}/{rel}".split("/")
             for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in seen_dirs:
-                    add_dir(d)
-                    seen_dirs.add(d)
-            add_file(f"{VLLM_ASCEND_DIR}/{rel}", data, 0o644)
+                fs.dir_once("/".join(parts[:i]))
+            fs.file(f"{VLLM_ASCEND_DIR}/{rel}", data, 0o644)
         # bash lives at /usr/bin/bash on merged-/usr hosts; /bin/bash and /bin/sh are what scripts name
         for name in ("bash", "sh"):
-            info = tarfile.TarInfo(f"bin/{name}")
-            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, f"/usr/bin/{name}", mtime
-            tar.addfile(info)
+            fs.link(f"bin/{name}", f"/usr/bin/{name}")
         for name in ("python", "python3"):
-            add_file(f"usr/local/bin/{name}", _wrapper(sys.executable), 0o755)
+            fs.file(f"usr/local/bin/{name}", _wrapper(sys.executable), 0o755)
     digest.update(sys.executable.encode())
     return buf.getvalue(), digest.hexdigest()[:12]
 

@@ -114,8 +114,6 @@ def examples(version: str) -> dict[str, bytes]:
 
     Extraction runs under the cache lock and each file appears by an atomic rename of a private
     temporary: parallel callers (labemu loads several engines at once) never see a torn file."""
-    import tarfile  # here: render and preflight import this module for version_for() only
-
     out_dir = cache_dir() / "vllm-ascend" / version
     if all((out_dir / f).is_file() for f in FILES):
         return {f: (out_dir / f).read_bytes() for f in FILES}
@@ -123,18 +121,7 @@ def examples(version: str) -> dict[str, bytes]:
     with _locked(f"examples-{version}"):
         if all((out_dir / f).is_file() for f in FILES):  # another caller extracted them meanwhile
             return {f: (out_dir / f).read_bytes() for f in FILES}
-        out: dict[str, bytes] = {}
-        try:
-            with tarfile.open(archive) as tar:
-                for member in tar.getmembers():
-                    rel = member.name.split("/", 1)[1] if "/" in member.name else ""
-                    if rel in FILES and member.isfile():
-                        out[rel] = tar.extractfile(member).read()  # type: ignore[union-attr]
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise FetchError(f"{archive} is unreadable ({exc}); delete it and retry") from None
-        missing = [f for f in FILES if f not in out]
-        if missing:
-            raise FetchError(f"{archive} lacks {', '.join(missing)}: vllm-ascend {version} does not ship them")
+        out = _read_examples(archive, version)
         for rel, data in out.items():
             path = out_dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,6 +129,24 @@ def examples(version: str) -> dict[str, bytes]:
             tmp.write_bytes(data)
             tmp.replace(path)
         return out
+
+
+def _read_examples(archive: Path, version: str) -> dict[str, bytes]:
+    import tarfile  # here: render and preflight import this module for version_for() only
+
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                rel = member.name.split("/", 1)[1] if "/" in member.name else ""
+                if rel in FILES and member.isfile():
+                    out[rel] = tar.extractfile(member).read()  # type: ignore[union-attr]
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise FetchError(f"{archive} is unreadable ({exc}); delete it and retry") from None
+    missing = [f for f in FILES if f not in out]
+    if missing:
+        raise FetchError(f"{archive} lacks {', '.join(missing)}: vllm-ascend {version} does not ship them")
+    return out
 
 
 def path(version: str, rel: str) -> Path:
