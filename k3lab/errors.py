@@ -67,6 +67,10 @@ class EnvError(K3labError):
     exit_code = ENVIRONMENT
 
 
+class CommandFailed(EnvError):
+    """A command the kit runs on a node failed (the node's environment, not the kit)."""
+
+
 class ChecksFailed(K3labError):
     """Checks ran and some failed: preflight errors, a readiness gate."""
 

@@ -12,12 +12,14 @@ import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import docker
 from docker.types import IPAMConfig, IPAMPool, Mount
 
 from k3lab import paths
+from k3lab.errors import CommandFailed
 from k3lab.launchers.endpoints import ClientPool, SshOptions
 from k3lab.model.plan import NodePlan, Plan
 
@@ -42,6 +44,28 @@ def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A command run in a node's container. Not a tuple: a caller reads ``ok``/``rc`` or calls
+    :meth:`check`, so a failed command is never taken for its output by unpacking."""
+
+    node: str
+    argv: tuple[str, ...]
+    rc: int
+    output: str  # stdout and stderr together, as docker exec gives them
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def check(self) -> str:
+        """The output, or :class:`CommandFailed` naming the node, the command and its last words."""
+        if not self.ok:
+            raise CommandFailed(f"{self.node}: '{' '.join(self.argv)[:200]}' exited {self.rc}"
+                                + (" (timed out)" if self.rc == 124 else "") + f": {self.output.strip()[-300:]}")
+        return self.output
 
 
 class Backend:
@@ -86,10 +110,10 @@ class Backend:
     def put(self, node: NodePlan, files: dict[str, tuple[bytes, int]]) -> None:
         self.containers[node.name].put_archive("/", tar_of(files))
 
-    def exec(self, node: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, str]:
+    def exec(self, node: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> ExecResult:
         container = self.containers[node]
         result = container.exec_run(["timeout", str(int(timeout)), *cmd], environment=env or {}, demux=False)
-        return result.exit_code, (result.output or b"").decode(errors="replace")
+        return ExecResult(node, tuple(cmd), result.exit_code, (result.output or b"").decode(errors="replace"))
 
     def exec_detached(self, node: str, cmd: list[str], env: dict[str, str], workdir: str) -> None:
         self.containers[node].exec_run(cmd, environment=env, workdir=workdir, detach=True)

@@ -124,9 +124,9 @@ def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
         # one line per process, in order: 0 alive (or no PID yet), 1 gone
         script = "; ".join(f'if [ ! -s {pid_file(p)} ] || kill -0 "$(cat {pid_file(p)})" 2>/dev/null; '
                            f"then echo 0; else echo 1; fi" for p in group)
-        code, out = run.backend.exec(node, ["bash", "-c", script], timeout=10)
-        answers = out.split()
-        # an unanswered process (exec failed, container gone) counts as gone, as a failed kill -0 did
+        # each line answers for one process, so a partial answer (exec cut short) still counts for
+        # the lines it has; an unanswered process (exec failed, container gone) counts as gone
+        answers = run.backend.exec(node, ["bash", "-c", script], timeout=10).output.split()
         return {p.id: i < len(answers) and answers[i] == "0" for i, p in enumerate(group)}
 
     result: dict[str, bool] = {}
@@ -137,8 +137,9 @@ def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
 
 
 def log_tail(run: Run, proc: Process, lines: int = 20) -> str:
-    _, out = run.backend.exec(proc.node, ["tail", "-n", str(lines), proc.log], timeout=10)
-    return out
+    res = run.backend.exec(proc.node, ["tail", "-n", str(lines), proc.log], timeout=10)
+    # a failed tail says why in its own output (no such file); a silent failure says so here
+    return res.output if res.ok or res.output.strip() else f"(tail {proc.log} exited {res.rc} with no output)"
 
 
 # ------------------------------------------------------------------------------- shell parity
@@ -165,8 +166,9 @@ def shell_env(run: Run, node) -> dict[str, str]:
     The difference goes to ``evidence/<node>/shell-env.txt``; processes are started with it, so the
     engine scripts see what an operator's ``docker exec -it ... bash`` sees (LD_LIBRARY_PATH,
     LD_PRELOAD, CANN set_env.sh)."""
-    code, out = run.backend.exec(node.name, ["bash", "-c", SHELL_PARITY], timeout=30)
-    bare_raw, found, shell_raw = out.partition(_SPLIT)
+    res = run.backend.exec(node.name, ["bash", "-c", SHELL_PARITY], timeout=30)
+    code = res.rc  # recorded in the evidence; what the shells printed is compared either way
+    bare_raw, found, shell_raw = res.output.partition(_SPLIT)
     bare, shell = _env0(bare_raw), _env0(shell_raw) if found else {}
     delta = {k: v for k, v in shell.items() if bare.get(k) != v and k not in SHELL_NOISE}
     lines = [f"# {node.name}: environment of the guide's interactive shell (bash -i: ~/.bashrc) vs a bare docker exec",
@@ -197,8 +199,7 @@ def _http_200(run: Run, gate: Gate) -> bool:
 
 def _log_line(run: Run, gate: Gate) -> bool:
     proc = next(p for p in run.plan.processes() if p.id == gate.process)
-    code, _ = run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10)
-    return code == 0
+    return run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10).ok
 
 
 def _proxy_instances(run: Run, gate: Gate) -> bool:
@@ -496,8 +497,9 @@ def collect(run: Run) -> None:
             (ndir / "inspect.json").write_text(json.dumps(container.attrs, indent=2, default=str))
             logs = sorted({p.log for p in node.all_processes()})
             script, token = batch_script([f"cat {shlex.quote(log)}" for log in logs] + [OPEN_SOCKETS])
-            _, out = run.backend.exec(node.name, ["sh", "-c", script], timeout=30)
-            parts = split_batch(out, token, len(logs) + 1)
+            # the batch frames each command's own rc and output: the exec's status adds nothing
+            parts = split_batch(run.backend.exec(node.name, ["sh", "-c", script], timeout=30).output, token,
+                                len(logs) + 1)
             for log, got in zip(logs, parts):
                 (ndir / Path(log).name).write_text(apikey.redact(got[1] + got[2] if got else "(no answer)\n"))
             (ndir / "open-sockets.txt").write_text(apikey.redact(parts[-1][1] if parts[-1] else "(no answer)\n"))

@@ -125,8 +125,9 @@ def probe(run) -> dict[str, Any]:
     def one(node) -> None:
         if node.name not in run.backend.containers:
             return
-        code, out = run.backend.exec(node.name, ["bash", "-c", PROBE], timeout=40)
-        found = parse_probe(out)
+        # sections are read by their markers, so a probe cut short still gives the sections it
+        # printed, and an exec error's text (no markers) gives none: the status adds nothing
+        found = parse_probe(run.backend.exec(node.name, ["bash", "-c", PROBE], timeout=40).output)
         found.update(image_of(run.backend.containers[node.name]))
         nodes[node.name] = found
 

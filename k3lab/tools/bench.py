@@ -104,7 +104,7 @@ def _engine_rss_mb(run) -> dict[str, float]:
               'grep VmRSS $p/status; fi; done')
     out = {}
     for node in run.plan.nodes:
-        _, text = run.backend.exec(node.name, ["bash", "-c", script])
+        text = run.backend.exec(node.name, ["bash", "-c", script]).check()
         values = [int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS")]
         if values:
             out[node.name] = round(max(values) / 1024, 1)
@@ -114,7 +114,7 @@ def _engine_rss_mb(run) -> dict[str, float]:
 def _process_start_s(run) -> float:
     node = run.plan.nodes[0].name
     t = time.perf_counter()
-    run.backend.exec(node, ["python3", "-c", "pass"])
+    run.backend.exec(node, ["python3", "-c", "pass"]).check()  # a failed start is no start time
     return time.perf_counter() - t
 
 

@@ -530,7 +530,7 @@ def _resolve(run, arg: str) -> str:
         return arg
     _, node, dev = arg.split(":")
     tool = "-vnic" if run.plan.node(node).platform == "A3" else "-ip"
-    _, out = run.backend.exec(node, ["hccn_tool", "-i", dev, tool, "-g"])
+    out = run.backend.exec(node, ["hccn_tool", "-i", dev, tool, "-g"]).check()
     return out.split("ipaddr:")[1].split()[0]
 
 
@@ -539,17 +539,17 @@ def inject(run, fault: Fault) -> None:
         if node == "@docker":
             getattr(run.backend.containers[cmd[1]], cmd[0])(timeout=5)
             continue
-        code, out = run.backend.exec(node, [_resolve(run, a) for a in cmd])
-        if code != 0:
-            raise RuntimeError(f"injecting {fault.id} on {node} failed: {out}")
+        res = run.backend.exec(node, [_resolve(run, a) for a in cmd])
+        if not res.ok:
+            raise RuntimeError(f"injecting {fault.id} on {node} failed: {res.output}")
     time.sleep(1.5)  # processes notice faults within a second (engines and MetaService poll node.json)
 
 
 def _revert(run, fault: Fault) -> bool:
     for node, cmd in fault.revert:
-        code, out = run.backend.exec(node, [_resolve(run, a) for a in cmd])
-        if code != 0:
-            print(f"[faults] reverting {fault.id} on {node} failed ({out.strip()[:200]}): restarting", flush=True)
+        res = run.backend.exec(node, [_resolve(run, a) for a in cmd])
+        if not res.ok:
+            print(f"[faults] reverting {fault.id} on {node} failed ({res.output.strip()[:200]}): restarting", flush=True)
             return False
     time.sleep(1.5)  # as after injecting: processes re-read the node file within a second
     return True

@@ -116,8 +116,8 @@ def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatc
         backend.parallel(lambda n: backend.put(n, {"/root/k3lab/hello.txt": (n.name.encode(), 0o644)}), plan.nodes)
         backend.parallel(backend.start, plan.nodes)
         for node in plan.nodes:
-            code, out = backend.exec(node.name, ["cat", "/root/k3lab/hello.txt"])
-            assert (code, out) == (0, node.name)
+            res = backend.exec(node.name, ["cat", "/root/k3lab/hello.txt"])
+            assert (res.rc, res.check()) == (0, node.name)
             attrs = backend.containers[node.name].attrs
             assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["ShmSize"] == 1 << 30
             assert attrs["Config"]["Labels"]["k3lab.run"] == "labtest"

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from k3lab.launchers import versions
+from k3lab.launchers.backends import ExecResult
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "versions"
 
@@ -58,7 +59,7 @@ class _Backend:
 
     def exec(self, node, cmd, timeout=30):
         assert cmd[:2] == ["bash", "-c"] and "importlib" in cmd[2]
-        return 0, self.outputs[node]
+        return ExecResult(node, tuple(cmd), 0, self.outputs[node])
 
     def parallel(self, fn, nodes):
         for n in nodes:
