@@ -9,8 +9,8 @@ Registered through the ``pytest11`` entry point ``k3lab.conformance.plugin`` (``
   lands in JUnit as ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
 * Evidence from :mod:`k3lab.conformance.evidence` (and a default ``kind`` for plain assertion failures)
   is copied into the test's properties.
-* ``--perf`` / ``--accuracy`` enable ``conformance/perf.py`` / ``accuracy.py`` (otherwise collected
-  and skipped, so the report shows they did not run).
+* ``--perf`` / ``--accuracy`` / ``--long-requests`` enable ``conformance/perf.py`` / ``accuracy.py`` /
+  ``longreq.py`` (otherwise collected and skipped, so the report shows they did not run).
 * At session end the controller writes ``RUN_DIR/conformance-results.json``. Results are gathered
   from ``pytest_runtest_logreport`` only, which under xdist fires on the controller with every
   worker's reports, so metadata must travel in ``user_properties`` (the controller never collects).
@@ -29,7 +29,9 @@ import pytest
 from k3lab.conformance import evidence
 
 HERE = Path(__file__).resolve().parent  # compared with resolved paths: a checkout reaches it through a symlink
-OPT_IN = {"perf.py": "perf", "accuracy.py": "accuracy"}  # module file -> marker and option
+# module file -> (marker, option): opt-in lab modules, collected and skipped unless their option is given
+OPT_IN = {"perf.py": ("perf", "--perf"), "accuracy.py": ("accuracy", "--accuracy"),
+          "longreq.py": ("long_requests", "--long-requests")}
 RESULTS = "conformance-results.json"
 _PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
 
@@ -60,6 +62,14 @@ def pytest_addoption(parser):
     group = parser.getgroup("k3lab-bench", "k3lab performance and accuracy")
     group.addoption("--perf", action="store_true", default=False, help="run conformance/perf.py (vllm bench serve)")
     group.addoption("--accuracy", action="store_true", default=False, help="run conformance/accuracy.py (AISBench)")
+    group.addoption("--long-requests", action="store_true", default=False,
+                    help="run conformance/longreq.py (K3.1 §5.2.2: long requests through the entrypoint)")
+    group.addoption("--long-request-tokens", type=int, default=None, metavar="N",
+                    help="prompt tokens per long request (default: max_model_len minus the output tokens)")
+    group.addoption("--long-request-output", type=int, default=None, metavar="N",
+                    help="output tokens per long request (default 16)")
+    group.addoption("--long-request-concurrency", type=int, default=1, metavar="N",
+                    help="long requests sent at once (default 1)")
     group.addoption("--bench-node", default=None, metavar="NODE",
                     help="run the load generator inside NODE's container (docker exec) instead of on the kit host")
     group.addoption("--bench-tokenizer", default=None, metavar="PATH",
@@ -79,6 +89,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", MARKER)
     config.addinivalue_line("markers", "perf: performance check, runs only with --perf")
     config.addinivalue_line("markers", "accuracy: accuracy check, runs only with --accuracy")
+    config.addinivalue_line("markers", "long_requests: long-request check, runs only with --long-requests")
     if not hasattr(config, "workerinput"):  # xdist workers report; only the controller writes
         config.pluginmanager.register(_Recorder(config), "k3lab-conformance-recorder")
 
@@ -123,9 +134,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         have = {k for k, _ in item.user_properties}
         item.user_properties.extend((k, v) for k, v in metadata(item).items() if k not in have)
-        for marker in OPT_IN.values():
-            if item.get_closest_marker(marker) and not config.getoption(f"--{marker}"):
-                item.add_marker(pytest.mark.skip(reason=f"{marker} checks not requested (pass --{marker})"))
+        for marker, option in OPT_IN.values():
+            if item.get_closest_marker(marker) and not config.getoption(option):
+                item.add_marker(pytest.mark.skip(reason=f"{marker} checks not requested (pass {option})"))
 
 
 @pytest.hookimpl(tryfirst=True)
