@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from k3lab.model import apikey
+
 THRESHOLD = 0.97  # vllm-ascend nightly perf default
 TOLERANCE = 1.0   # vllm-ascend nightly accuracy default, absolute points
 
@@ -170,7 +172,7 @@ models = [
         stream={stream!r},
         request_rate=0,
         retry=2,
-        api_key=os.environ.get("K3LAB_API_KEY", ""),
+        api_key=os.environ.get("{apikey.ENV}", ""),
         host_ip={host!r},
         host_port={int(port)},
         url="",

@@ -18,7 +18,8 @@ import tarfile
 from pathlib import Path
 from typing import Protocol
 
-PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+from k3lab.launchers.endpoints import HOST_PROXY_VARS
+from k3lab.model import apikey
 
 
 class Runner(Protocol):
@@ -35,7 +36,7 @@ class Runner(Protocol):
 
 def api_key_env() -> dict[str, str]:
     """vllm bench serve sends $OPENAI_API_KEY; the AISBench config reads $K3LAB_API_KEY."""
-    key = os.environ.get("K3LAB_API_KEY")
+    key = apikey.get()
     return {"OPENAI_API_KEY": key, "K3LAB_API_KEY": key} if key else {}
 
 
@@ -48,7 +49,7 @@ class HostRunner:
         return shutil.which(program) is not None
 
     def run(self, argv, timeout, env=None, cwd=None):
-        full = {k: v for k, v in os.environ.items() if k not in PROXY_VARS} | (env or {})
+        full = {k: v for k, v in os.environ.items() if k not in HOST_PROXY_VARS} | (env or {})
         try:
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   timeout=timeout, env=full, cwd=cwd)
@@ -87,7 +88,7 @@ class NodeRunner:
         return self._exec(["sh", "-c", 'command -v "$1"', "sh", program])[0] == 0
 
     def run(self, argv, timeout, env=None, cwd=None):
-        unset = [a for v in PROXY_VARS for a in ("-u", v)]
+        unset = [a for v in HOST_PROXY_VARS for a in ("-u", v)]
         # exec_run has no timeout; coreutils timeout gives the same exit status 124 as HostRunner
         return self._exec(["env", *unset, "timeout", str(int(timeout)), *argv], env, cwd)
 

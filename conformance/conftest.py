@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from k3lab.model import apikey
 from k3lab.model.plan import Plan
 
 pytest_plugins = ["k3lab.conformance.plugin"]
@@ -125,7 +126,7 @@ def docker_clients(state, client_pool):
 def http():
     session = requests.Session()
     session.trust_env = False  # the kit host's proxy variables never apply to the deployment's own addresses
-    key = os.environ.get("K3LAB_API_KEY")
+    key = apikey.get()
     if key:
         session.headers["Authorization"] = f"Bearer {key}"
     return session

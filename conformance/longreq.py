@@ -75,7 +75,8 @@ def test_long_requests_complete_through_the_entrypoint(plan, http, hosts, run_di
     bad = longparse.failures(outcomes, load)
     check(not bad, "long requests through the entrypoint", load.describe() + ", every one completed within the limit",
           "; ".join(bad), plan.expect.entrypoint,
-          "an engine started with a smaller --max-model-len than the plan, a KV pool or HBM too small for the "
+          "an engine down or unreachable behind the proxy, an engine started with a smaller --max-model-len "
+          "than the plan, a KV pool or HBM too small for the "
           "length, or a proxy/engine timeout on long prefills",
           "compare each engine's 'model length' log line with the plan, read evidence/long-requests.json and "
           "the engine logs of the failed requests")

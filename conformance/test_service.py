@@ -12,6 +12,8 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from k3lab.model import apikey
+
 
 @pytest.fixture(autouse=True)
 def _one_request_check_at_a_time(run_dir):
@@ -562,11 +564,9 @@ def test_pool_hits_across_engines(http, plan, cold_cache):
 @pytest.mark.conformance(area="security", must="With an API key configured, every engine API MUST refuse requests without it.")
 def test_api_key_enforced(api, plan):
     """With K3LAB_API_KEY set, every engine API refuses requests without it (the guides ship none)."""
-    import os
-
     import requests
 
-    key = os.environ.get("K3LAB_API_KEY")
+    key = apikey.get()
     if not key:
         pytest.skip("no API key configured (K3LAB_API_KEY): every API is open, as the guides warn")
     bare = requests.Session()
@@ -580,13 +580,11 @@ def test_api_key_enforced(api, plan):
 @pytest.mark.conformance(area="parsers", must="The official openai client MUST parse chat, reasoning and tool-call responses.")
 def test_openai_client_parses_responses(entrypoint, plan):
     """Schema drift shows up as a parse error in a real client, not in our own JSON handling."""
-    import os
-
     import httpx
     import openai
 
     _needs_parsers(plan)
-    client = openai.OpenAI(base_url=f"{entrypoint}/v1", api_key=os.environ.get("K3LAB_API_KEY") or "EMPTY",
+    client = openai.OpenAI(base_url=f"{entrypoint}/v1", api_key=apikey.get() or "EMPTY",
                            http_client=httpx.Client(trust_env=False, timeout=60), max_retries=0)
     chat = client.chat.completions.create(model=plan.expect.served_name, max_tokens=64, temperature=0,
                                           messages=[{"role": "user", "content": "Name one prime number."}])

@@ -295,6 +295,11 @@ def _record_round_trip(node: str) -> None:
         pass
 
 
+# The kit host's proxy variables: never applied to deployment addresses (sessions, load generators)
+# and reported by the lab preflight. (The guides' scripts unset their own list: render.scripts.)
+HOST_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
 def http_session() -> requests.Session:
     """Gates and evidence talk only to deployment addresses: the kit host's proxy variables never apply."""
     session = requests.Session()

@@ -19,14 +19,13 @@ import docker
 import paramiko
 from docker.types import Mount
 
-from k3lab.launchers.endpoints import HTTP, ClientPool, describe
+from k3lab.launchers.endpoints import HOST_PROXY_VARS, HTTP, ClientPool, describe
 from k3lab.model.plan import NodePlan, Plan
 from k3lab.preflight.checks import Finding
 from k3lab.preflight.labchecks import BY_ID
 
 LABEL = "k3lab.run"
 PULL_POLICIES = ("never", "missing", "always")
-PROXY_ENV = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
 def _finding(check: str, message: str, nodes: tuple[str, ...], severity: str = "error") -> Finding:
@@ -154,7 +153,7 @@ def check_ports(plan: Plan, node: NodePlan) -> list[Finding]:
 
 def check_proxy(pool: ClientPool) -> list[Finding]:
     """Proxy variables may be set for the kit host's other traffic; no deployment client may read them."""
-    set_vars = [v for v in PROXY_ENV if os.environ.get(v)]
+    set_vars = [v for v in HOST_PROXY_VARS if os.environ.get(v)]
     readers = []
     if HTTP.trust_env:
         readers.append("gate/evidence HTTP session")

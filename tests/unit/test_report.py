@@ -305,14 +305,15 @@ def test_plugin_results_feed_the_report(demo):
     assert {t["area"] for t in run.tests} == {"demo", "env"}
 
 
-def test_plugin_collects_perf_and_accuracy_modules(pytester):
-    """perf.py / accuracy.py do not match python_files: the plugin collects them, skipped by default."""
+def test_plugin_collects_the_opt_in_modules(pytester):
+    """perf.py / accuracy.py / longreq.py do not match python_files: the plugin collects them, skipped by default."""
     result = pytester.runpytest(str(ROOT / "conformance"), "-p", "k3lab.conformance.plugin", *QUIET,
                                 f"--ignore-glob={ROOT / 'conformance' / 'test_*.py'}", "-q", "-rs")
-    result.assert_outcomes(skipped=4)
+    result.assert_outcomes(skipped=5)
     out = result.stdout.str()
     assert "perf.py: perf checks not requested (pass --perf)" in out
     assert "accuracy checks not requested (pass --accuracy)" in out
+    assert "longreq.py: long_requests checks not requested (pass --long-requests)" in out
 
 
 def test_evidence_message_kind_and_redaction(monkeypatch):
