@@ -9,15 +9,14 @@ environment, never on the command line that is saved as evidence.
 """
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 from typing import Protocol
 
+from k3lab.launchers.backends import tar_of
 from k3lab.launchers.endpoints import HOST_PROXY_VARS
 from k3lab.model import apikey
 
@@ -99,13 +98,8 @@ class NodeRunner:
         return out
 
     def write(self, path, text):
-        data = text.encode()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(Path(path).name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-        if not self.container.put_archive(str(Path(path).parent), buf.getvalue()):
+        archive = tar_of({Path(path).name: (text.encode(), 0o644)})
+        if not self.container.put_archive(str(Path(path).parent), archive):
             raise OSError(f"{self.where}: could not write {path}")
 
     def workdir(self, name):

@@ -10,8 +10,8 @@ import uuid
 
 import jsonschema
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from k3lab.launchers import metrics
 from k3lab.model import apikey
 
 
@@ -248,12 +248,7 @@ def test_max_model_len_enforced(api, http, plan):
 
 
 def _counter(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
+    return metrics.total(text, name, **labels)
 
 
 def _metrics(http, api) -> str:
@@ -265,12 +260,7 @@ def _metrics(http, api) -> str:
 
 def _served(http, api) -> dict[str, float]:
     """Finished requests per engine (the ``engine`` label, the global DP rank) on one API's /metrics."""
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(_metrics(http, api)):
-        for s in fam.samples:
-            if s.name == "vllm:request_success_total":
-                out[s.labels.get("engine", "")] = out.get(s.labels.get("engine", ""), 0.0) + s.value
-    return out
+    return metrics.by_label(_metrics(http, api), "vllm:request_success_total", "engine")
 
 
 def _settled(http, apis, timeout: float = 5.0) -> dict[str, dict[str, float]]:

@@ -5,10 +5,10 @@ import re
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from k3lab.conformance import nodetools
 from k3lab.conformance.memcache import health_ok
+from k3lab.launchers import metrics
 
 KIND = "environment"  # default class of a failure here
 
@@ -117,14 +117,9 @@ def test_engine_ranks_claimed_once(plan, tools):
 
 def _dram_capacity(text: str) -> tuple[dict[str, int], int]:
     """DRAM bytes per segment and in total, from the MetaService's Prometheus text."""
-    segments, total = {}, 0
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "memcache_segment_capacity_bytes" and s.labels.get("segment", "").endswith("-dram"):
-                segments[s.labels["segment"]] = int(s.value)
-            if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram":
-                total = int(s.value)
-    return segments, total
+    segments = {seg: int(v) for seg, v in metrics.by_label(text, "memcache_segment_capacity_bytes", "segment").items()
+                if seg.endswith("-dram")}
+    return segments, int(metrics.total(text, "memcache_total_capacity_bytes", medium="dram"))
 
 
 @pytest.mark.conformance(area="metaservice", must="The MetaService MUST report the planned DRAM segments and total capacity.")

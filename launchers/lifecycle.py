@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
+from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend
 from k3lab.launchers.endpoints import HTTP, SshOptions, describe
 from k3lab.launchers.sim import neighbours
@@ -209,10 +209,8 @@ def _proxy_instances(run: Run, gate: Gate) -> bool:
 
 
 def _metaservice_capacity(run: Run, gate: Gate) -> bool:
-    total = sum(s.value for fam in text_string_to_metric_families(HTTP.get(gate.target, timeout=2).text)
-                for s in fam.samples
-                if s.name == "memcache_total_capacity_bytes" and s.labels.get("medium") == "dram")
-    return int(total) == gate.expect
+    text = HTTP.get(gate.target, timeout=2).text
+    return int(metrics.total(text, "memcache_total_capacity_bytes", medium="dram")) == gate.expect
 
 
 GATE_PROBES = {"tcp": _tcp_open, "http": _http_200, "log": _log_line, "proxy_instances": _proxy_instances,
