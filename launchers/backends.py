@@ -134,15 +134,25 @@ class Backend:
 DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
 
 
-def remove_by_label(client: docker.DockerClient, run_id: str) -> list[str]:
-    """Remove this run's containers on one engine; a container without the run label is never touched."""
+def remove_by_label(client: docker.DockerClient, run_id: str | None) -> list[str]:
+    """Remove a run's containers, then its networks, on one engine (every k3lab run's when ``run_id``
+    is None): the one teardown of up, down RUN and down --all. Nothing without the label is touched."""
+    flt = {"label": f"{LABEL}={run_id}" if run_id else LABEL}
     removed = []
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"}):
+    # ignore_removed: a run sharing the engine may remove its containers meanwhile
+    for c in client.containers.list(all=True, filters=flt, ignore_removed=True):
         try:
             c.remove(force=True)
             removed.append(c.name)
         except docker.errors.NotFound:
             pass
+    for net in client.networks.list(filters=flt):
+        try:
+            net.remove()
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:  # still in use: say so, the containers are gone already
+            print(f"k3lab: network {net.name} not removed: {exc}", file=sys.stderr)
     return removed
 
 
@@ -186,13 +196,6 @@ class SimBackend(Backend):
         gateway = str(list(net.hosts())[0])
         self.engine.networks.create(self.network_name, driver="bridge", labels={LABEL: self.run_id},
                                     ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=self.subnet, gateway=gateway)]))
-
-    def cleanup_target(self) -> None:
-        for net in self.engine.networks.list(filters={"label": f"{LABEL}={self.run_id}"}):
-            try:
-                net.remove()
-            except docker.errors.APIError:
-                pass
 
     def container_kwargs(self, node: NodePlan) -> dict:
         networking = self.engine.api.create_networking_config(

@@ -24,7 +24,7 @@ import requests
 
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launchers import metrics
-from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend
+from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
 from k3lab.launchers.endpoints import HTTP, SshOptions, describe
 from k3lab.launchers.sim import neighbours
 from k3lab.model import apikey
@@ -540,13 +540,7 @@ def down(run: Run) -> None:
 def down_all() -> int:
     import docker
 
-    client = docker.from_env()
-    count = 0
-    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
-        c.remove(force=True)
-        count += 1
-    for net in client.networks.list(filters={"label": LABEL}):
-        net.remove()
+    count = len(remove_by_label(docker.from_env(), None))
     _log(f"removed {count} container(s) of k3lab runs")
     return 0
 

@@ -123,8 +123,6 @@ def cmd_down(args: argparse.Namespace) -> int:
     for ep in endpoints:
         client = pool.get(ep)
         removed += len(remove_by_label(client, args.run))
-        for net in client.networks.list(filters={"label": f"{LABEL}={args.run}"}):
-            net.remove()
     _log(f"run {args.run}: removed {removed} container(s) on {len(endpoints)} endpoint(s)")
     return 0
 
