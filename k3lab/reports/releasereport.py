@@ -11,11 +11,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from k3lab.model import apikey
 from k3lab.reports import gate
 from k3lab.reports.report import md, redact
+from k3lab.reports.templating import render_html
 
 STATUS_TEXT = {"fail": "FAIL", "incomplete": "INCOMPLETE", "warn": "warn", "pass": "pass", "na": "n/a",
                "ignored": "ignored"}
@@ -114,6 +112,9 @@ th{background:#f6f8fa}.v{padding:2px 10px;border-radius:4px;color:#fff}.PASS{bac
 .FAIL{background:#cf222e}.INCOMPLETE{background:#9a6700}td.c{text-align:center}td.pass{background:#dafbe1}
 td.fail{background:#ffebe9;font-weight:600}td.incomplete{background:#fff1c2;font-weight:600}td.warn{background:#fff8c5}
 td.na,td.none,td.ignored{background:#f6f8fa;color:#8c959f}.muted{color:#57606a}li{margin:2px 0}
+.matrix-wrap{max-width:100%;overflow-x:auto}table.matrix th:first-child{position:sticky;left:0;z-index:1}
+table.matrix th.area{vertical-align:bottom;padding:4px 2px}table.matrix th.area span{writing-mode:vertical-rl;
+transform:rotate(180deg);white-space:nowrap}.warn{background:#fff8c5;padding:4px 8px}
 </style></head><body>
 <h1>k3lab release <span class="v {{ doc.overall }}">{{ doc.overall }}</span></h1>
 <p>Target {{ doc.target }}, policy {{ doc.policy }}, {{ rows|length }} scenarios, {{ doc.jobs }} at a time.
@@ -123,13 +124,13 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 {% for w in doc.host.get('warnings', []) %}<p class="warn">Host warning: {{ w }}</p>{% endfor %}
 {% if doc.injected %}<p>Injected faults: {% for k, v in doc.injected.items() %}{{ k }}={{ v }} {% endfor %}</p>{% endif %}
 <h2>Scenario × area</h2>
-<table><tr><th>scenario</th><th>verdict</th>{% for a in areas %}<th>{{ a }}</th>{% endfor %}<th>evidence</th><th>cycle</th></tr>
+<div class="matrix-wrap"><table class="matrix"><tr><th>scenario</th><th>verdict</th>{% for a in areas %}<th class="area"><span>{{ a }}</span></th>{% endfor %}<th>evidence</th><th>cycle</th></tr>
 {% for r in rows %}<tr><th>{{ r.scenario }}</th><td><span class="v {{ r.verdict }}">{{ r.verdict }}</span></td>
 {% for c in r.cells %}<td class="c {{ c or 'none' }}">{{ status_text.get(c, '–') if c else '–' }}</td>{% endfor %}
 <td>{% if r.run %}<a href="{{ r.report }}">report</a> · <a href="{{ r.summary }}">summary</a>{% else %}–{% endif %}
 {% if r.log %} · <a href="{{ r.log }}">log</a>{% endif %}</td>
 <td class="muted">{{ '%.1f s'|format(r.wall) if r.wall else '–' }}</td></tr>
-{% endfor %}</table>
+{% endfor %}</table></div>
 <h2>Why not PASS</h2>
 {% set ns = namespace(any=false) %}<ul>{% for r in rows %}{% for x in r.reasons %}{% set ns.any = true %}<li>{{ x }}</li>{% endfor %}{% endfor %}</ul>
 {% if not ns.any %}<p class="muted">Every scenario passed its blocking checks.</p>{% endif %}
@@ -143,14 +144,7 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 
 
 def release_html(out: Path, doc: dict[str, Any]) -> str:
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    text = env.from_string(_HTML).render(**_view(out, doc))
-    secret = apikey.get()
-    if secret:
-        import html
-
-        text = text.replace(html.escape(secret), "&lt;redacted&gt;")
-    return redact(text)
+    return render_html(_HTML, **_view(out, doc))
 
 
 # --------------------------------------------------------------------------------------- JUnit

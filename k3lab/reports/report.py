@@ -22,7 +22,8 @@ from urllib.parse import quote
 
 from k3lab import __version__
 from k3lab.model import apikey
-from k3lab.reports.reportsvg import e, topology_svg
+from k3lab.reports.reportsvg import topology_svg
+from k3lab.reports.templating import Markup, render_html
 
 SECRET_ENV = apikey.ENV
 REDACTED = apikey.REDACTED
@@ -283,6 +284,9 @@ vertical-align:top} th{background:#f6f8fa} .verdict{padding:2px 10px;border-radi
 td.cell{text-align:center;min-width:70px} td.pass{background:#dafbe1} td.fail{background:#ffebe9;font-weight:600}
 td.skip{background:#fff8c5} td.none{background:#f6f8fa;color:#8c959f} .long{white-space:pre-wrap;max-width:420px;
 max-height:220px;overflow:auto;font:12px ui-monospace,monospace} .muted{color:#57606a}
+.matrix-wrap{max-width:100%;overflow-x:auto} table.matrix th:first-child{position:sticky;left:0;z-index:1}
+table.matrix th.area{vertical-align:bottom;padding:4px 2px} table.matrix th.area span{writing-mode:vertical-rl;
+transform:rotate(180deg);white-space:nowrap} table.matrix td.cell{min-width:0;white-space:nowrap}
 svg.topo{border:1px solid #d0d7de;border-radius:6px;background:#fff;max-width:100%;height:auto}
 svg text{font:12px system-ui,sans-serif;fill:#1b1f24} svg text.name{font-weight:600;font-size:13px}
 svg .sub{fill:#57606a;font-size:11px} svg text.hdr{font-weight:600;text-transform:uppercase;fill:#57606a}
@@ -297,6 +301,49 @@ svg .head.pool{fill:#8250df}
 """
 
 
+_HTML = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>k3lab {{ scenario }}: {{ verdict }}</title><style>{{ css }}</style></head><body>
+<h1>k3lab acceptance: {{ scenario }} <span class="verdict {{ verdict }}">{{ verdict }}</span></h1>
+<table>{% for k, val in info %}<tr><th>{{ k }}</th><td>{{ val }}</td></tr>{% endfor %}</table>
+<h2>Deployment</h2>
+{{ svg }}
+<h2>Checks by node and area</h2>
+{% if not areas %}
+<p class="muted">No check results.</p>
+{% else %}
+<div class="matrix-wrap"><table class="matrix"><tr><th class="corner">node</th>
+{%- for a in areas %}<th class="area"><span>{{ a }}</span></th>{% endfor %}</tr>
+{% for row in matrix %}<tr><th>{{ row.name }}</th>
+{%- for c in row.cells %}<td class="cell {{ c.cls }}" title="{{ c.title }}">{{ c.text }}</td>{% endfor %}</tr>
+{% endfor %}</table></div>
+{% endif %}
+<h2>Failures</h2>
+{% if not failures %}
+<p class="muted">None.</p>
+{% else %}
+<table><tr><th>check</th><th>kind</th>{% for c in failure_cols %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for f in failures %}<tr><td>{{ f.nodeid }}<br><span class="muted">{{ f.outcome }}</span></td><td>{{ f.kind }}</td>
+{%- for val in f.vals %}<td><div class="long">{{ val }}</div></td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endif %}
+<h2>Deviations from the guides</h2>
+{% if not deviations %}
+<p class="muted">None.</p>
+{% else %}
+<table><tr><th>id</th><th>scope</th><th>what</th><th>why</th></tr>
+{% for d in deviations %}<tr><td>{{ d.get('id', '?') }}</td><td>{{ d.get('scope', '?') }}</td><td>{{ d.get('what', '') }}</td><td>{{ d.get('why', '') }}</td></tr>
+{% endfor %}</table>
+{% endif %}
+<h2>Evidence</h2>
+{% if not evidence %}
+<p class="muted">No evidence files.</p>
+{% else %}
+<ul>{% for group, files in evidence %}<li><b>{{ group }}</b>: {% for href, name in files %}{% if not loop.first %} · {% endif %}<a href="{{ href }}">{{ name }}</a>{% endfor %}</li>{% endfor %}</ul>
+{% endif %}
+<p class="muted">Generated {{ generated }} by k3lab {{ version }}.</p></body></html>"""
+
+
 def report_html(run: Run) -> str:
     p, v = run.plan, _versions(run)
     info = [("Scenario", f"{p.get('scenario', '?')}: {p.get('title', '')}"),
@@ -307,80 +354,39 @@ def report_html(run: Run) -> str:
             ("Versions", f"k3lab {v['k3lab']}; image {v['image']}; Python {v['python']}"),
             ("Checks", f"{len(run.tests)}: {run.count('passed')} passed, {run.count('failed')} failed, "
                        f"{run.count('error')} errors, {run.count('skipped')} skipped (from {run.source})")]
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>k3lab {e(p.get('scenario', '?'))}: {run.verdict}</title><style>{CSS}</style></head><body>",
-           f'<h1>k3lab acceptance: {e(p.get("scenario", "?"))} '
-           f'<span class="verdict {run.verdict}">{run.verdict}</span></h1>',
-           "<table>" + "".join(f"<tr><th>{e(k)}</th><td>{e(val)}</td></tr>" for k, val in info) + "</table>",
-           "<h2>Deployment</h2>", topology_svg(run.plan, run.tests), "<h2>Checks by node and area</h2>", _matrix(run),
-           "<h2>Failures</h2>", _failure_table(run), "<h2>Deviations from the guides</h2>", _deviations(run),
-           "<h2>Evidence</h2>", _evidence_html(run),
-           f'<p class="muted">Generated {e(_now())} by k3lab {e(__version__)}.</p></body></html>']
-    return _redact_html("\n".join(out))
+    rows, areas, _ = _cells(run)
+    cols = ("what", "expected", "actual", "where", "cause", "remedy")
+    return render_html(
+        _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, css=Markup(CSS), info=info,
+        svg=Markup(topology_svg(run.plan, run.tests)), areas=areas, matrix=_matrix_rows(run), failure_cols=cols,
+        failures=[_failure_row(t, cols) for t in _failures(run)], deviations=run.plan.get("deviations") or [],
+        evidence=[(group, [(quote(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
+        generated=_now(), version=__version__)
 
 
-def _redact_html(text: str) -> str:
-    """Values were redacted on load; this also catches the escaped form of the secret."""
-    secret = apikey.get()
-    if not secret:
-        return text
-    return text.replace(secret, e(REDACTED)).replace(e(secret), e(REDACTED))
-
-
-def _matrix(run: Run) -> str:
+def _matrix_rows(run: Run) -> list[dict[str, Any]]:
+    """Node x area: passed/total per cell, its class, and the outcome counts as its tooltip."""
     rows, areas, cells = _cells(run)
-    if not areas:
-        return '<p class="muted">No check results.</p>'
-    head = "<tr><th>node</th>" + "".join(f"<th>{e(a)}</th>" for a in areas) + "</tr>"
-    body = []
+    out = []
     for row in rows:
         tds = []
         for area in areas:
             counts = cells.get((row, area))
-            cls = cell_class(counts)
             if counts:
                 ok, bad, skip = _tally(counts)
                 text = f"{ok}/{ok + bad + skip}" + (f" ({bad} failed)" if bad else "")
                 title = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
             else:
                 text, title = "–", "no checks"
-            tds.append(f'<td class="cell {cls}" title="{e(title)}">{e(text)}</td>')
-        body.append(f"<tr><th>{e(row)}</th>{''.join(tds)}</tr>")
-    return f'<table class="matrix">{head}{"".join(body)}</table>'
+            tds.append({"cls": cell_class(counts), "text": text, "title": title})
+        out.append({"name": row, "cells": tds})
+    return out
 
 
-def _failure_table(run: Run) -> str:
-    fails = _failures(run)
-    if not fails:
-        return '<p class="muted">None.</p>'
-    cols = ("what", "expected", "actual", "where", "cause", "remedy")
-    head = "<tr><th>check</th><th>kind</th>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
-    rows = []
-    for t in fails:
-        props = t["properties"]
-        what = props.get("what") or t["message"]
-        vals = [what] + [props.get(c, "") for c in cols[1:]]
-        rows.append(f"<tr><td>{e(t['nodeid'])}<br><span class='muted'>{e(t['outcome'])}</span></td>"
-                    f"<td>{e(props.get('kind', 'product'))}</td>"
-                    + "".join(f'<td><div class="long">{e(val)}</div></td>' for val in vals) + "</tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
-
-
-def _deviations(run: Run) -> str:
-    devs = run.plan.get("deviations") or []
-    if not devs:
-        return '<p class="muted">None.</p>'
-    rows = "".join(f"<tr><td>{e(d.get('id', '?'))}</td><td>{e(d.get('scope', '?'))}</td><td>{e(d.get('what', ''))}</td>"
-                   f"<td>{e(d.get('why', ''))}</td></tr>" for d in devs)
-    return f"<table><tr><th>id</th><th>scope</th><th>what</th><th>why</th></tr>{rows}</table>"
-
-
-def _evidence_html(run: Run) -> str:
-    items = []
-    for group, files in _evidence_files(run).items():
-        links = " · ".join(f'<a href="{e(quote(r))}">{e(Path(r).name)}</a>' for r in files)
-        items.append(f"<li><b>{e(group)}</b>: {links}</li>")
-    return f"<ul>{''.join(items)}</ul>" if items else '<p class="muted">No evidence files.</p>'
+def _failure_row(t: dict[str, Any], cols: tuple[str, ...]) -> dict[str, Any]:
+    props = t["properties"]
+    return {"nodeid": t["nodeid"], "outcome": t["outcome"], "kind": props.get("kind", "product"),
+            "vals": [props.get("what") or t["message"]] + [props.get(c, "") for c in cols[1:]]}
 
 
 # --------------------------------------------------------------------------------------- entry

@@ -164,6 +164,9 @@ def test_html_well_formed_picture_and_matrix(run_dir):
     assert "fail" in nodes["p1"].split() and "fail" in nodes[HOSTILE].split() and "fail" not in nodes["p0"].split()
     cells = [a["class"].split()[1] for t, a in tree.tags if t == "td" and "cell" in a.get("class", "")]
     assert {"pass", "fail", "skip", "none"} <= set(cells)
+    # readable at any size: the matrix scrolls inside its own box, area headers run vertically
+    assert ("div", {"class": "matrix-wrap"}) in tree.tags and ("th", {"class": "area"}) in tree.tags
+    assert f"<th>{HOSTILE}</th>" not in text  # the hostile node name is a row header, escaped
     links = {a["href"] for t, a in tree.tags if t == "a"}
     assert "evidence/p1/engine.log" in links and all(not h.startswith(("http", "javascript")) for h in links)
     assert "KV transfer" in text and "Proxy" in text
