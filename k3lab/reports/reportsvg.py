@@ -71,84 +71,129 @@ class _Box:
         return self.y + H / 2
 
 
-def topology_svg(plan: dict[str, Any], tests: list[dict[str, Any]]) -> str:
-    """Nodes as boxes in one column per role; proxy and MetaService as service boxes; arrows between."""
-    expect = plan.get("expect", {})
+@dataclass
+class _Layout:
+    """Where everything goes: one column per role (in ROLE_ORDER), the MetaService's own column if
+    it is not a node of the plan, and the lane under the columns that the pool links follow."""
+
+    roles: list[str]
+    columns: list[list[dict[str, Any]]]
+    col_x: list[float]
+    meta_host: dict[str, Any] | None
+    meta_box_is_node: bool
+    has_meta: bool
+    lane_bottom: float
+
+
+def _layout(plan: dict[str, Any]) -> _Layout:
     nodes = plan.get("nodes", [])
-    per_node: dict[str, dict[str, int]] = {}
-    for t in tests:
-        if t.get("node"):
-            counts = per_node.setdefault(t["node"], {})
-            counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
     roles = sorted({str(n.get("role")) for n in nodes},
                    key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r))
     columns = [[n for n in nodes if str(n.get("role")) == r] for r in roles]
     meta_host = next((n for n in nodes for p in _procs(n) if p.get("kind") == "metaservice"), None)
     meta_box_is_node = meta_host is not None and str(meta_host.get("role")) == "metaservice"
-    has_meta = bool(expect.get("metaservice")) or meta_host is not None
+    has_meta = bool(plan.get("expect", {}).get("metaservice")) or meta_host is not None
     col_x = [20 + (i + 1) * (W + COLGAP) for i in range(len(columns) + (has_meta and not meta_box_is_node))]
-    boxes: dict[str, _Box] = {}
-    parts: list[str] = []
     rows = max([len(c) for c in columns] or [1])
     frame_bottom = TOP + rows * (H + GAP) - GAP + 8
-    lane_bottom = frame_bottom + 22
-    for ci, (role, col) in enumerate(zip(roles, columns)):
-        x = col_x[ci]
+    return _Layout(roles, columns, col_x, meta_host, meta_box_is_node, has_meta, frame_bottom + 22)
+
+
+def _outcomes_per_node(tests: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    per_node: dict[str, dict[str, int]] = {}
+    for t in tests:
+        if t.get("node"):
+            counts = per_node.setdefault(t["node"], {})
+            counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
+    return per_node
+
+
+def _columns(lay: _Layout, per_node: dict[str, dict[str, int]], boxes: dict[str, _Box]) -> list[str]:
+    parts = []
+    for ci, (role, col) in enumerate(zip(lay.roles, lay.columns)):
+        x = lay.col_x[ci]
         parts.append(f'<rect class="frame" x="{x - 8}" y="{TOP - 8}" width="{W + 16}" '
                      f'height="{len(col) * (H + GAP) - GAP + 16}" rx="8"/>')
         parts.append(f'<text class="hdr" x="{x}" y="{TOP - 40}">{e(_clip(role, 24))} ({len(col)})</text>')
         for ri, node in enumerate(col):
             box = boxes[str(node.get("name"))] = _Box(x, TOP + ri * (H + GAP))
             parts.append(_node_box(node, box, per_node.get(str(node.get("name")), {})))
-    # the entry point: the PD proxy, or the API of the mixed deployment's head node
-    proxy = expect.get("proxy")
-    entry_host = next((str(n.get("name")) for n in nodes for p in _procs(n) if p.get("kind") == "proxy"), None)
-    entry = _Box(20, TOP)
-    parts.append(_service_box(entry, "Proxy" if proxy else "Entrypoint", expect.get("entrypoint", "?"),
-                              f"on {entry_host}" if entry_host else "clients send requests here"))
-    links: list[str] = []
-    for api in expect.get("apis", []):
-        target = boxes.get(str(api.get("node")))
-        if target:
-            links.append(_route(entry, target, col_x, "api"))
-    # P -> D KV transfer, drawn once between the groups: every prefill rank may send to every decode rank
-    if expect.get("kv_connector") and "prefill" in roles and "decode" in roles:
-        pi, di = roles.index("prefill"), roles.index("decode")
-        y = TOP + min(len(columns[pi]), len(columns[di])) * (H + GAP) / 2
-        x1, x2 = col_x[pi] + W + 8, col_x[di] - 8
-        links.append(f'<path class="link kv" d="M{x1},{y} H{x2 - 2}" marker-end="url(#a-kv)"/>'
-                     f'<text class="lbl" x="{x1 + 4}" y="{y - 6}">KV transfer</text>')
-    if has_meta:
-        if meta_box_is_node:
-            meta = boxes[str(meta_host.get("name"))]
-        else:
-            meta = _Box(col_x[-1], TOP)
-            url = (expect.get("metaservice") or {}).get("url", "?")
-            parts.append(_service_box(meta, "MetaService", url, f"on {meta_host.get('name')}" if meta_host else ""))
-        for ci, (role, col) in enumerate(zip(roles, columns)):
-            members = [n for n in col if _in_pool(n)]
-            if not members or role == "metaservice":
-                continue
-            fx = col_x[ci] + W / 2
-            fy = TOP + len(col) * (H + GAP) - GAP + 8
-            links.append(f'<path class="link pool" d="M{fx},{fy} V{lane_bottom} H{meta.x + W / 2 + ci * 6} '
-                         f'V{meta.y + H + 2}" marker-end="url(#a-pool)"/>'
-                         f'<text class="lbl" x="{fx + 4}" y="{lane_bottom - 4}">pool: {len(members)}/{len(col)}</text>')
-    width = max((col_x[-1] if col_x else 20) + W + 30, 640)  # at least as wide as the legend
-    height = lane_bottom + 46
-    legend = (f'<g class="legend" transform="translate(20,{lane_bottom + 18})">'
-              '<path class="link api" d="M0,0 H28"/><text x="34" y="4">proxy / API</text>'
-              '<path class="link kv" d="M130,0 H158"/><text x="164" y="4">KV transfer</text>'
-              '<path class="link pool" d="M270,0 H298"/><text x="304" y="4">MemCache pool</text>'
-              '<rect class="box fail" x="420" y="-8" width="22" height="14" rx="3"/>'
-              '<text x="448" y="4">node with a failed check</text></g>')
-    defs = "<defs>" + "".join(
+    return parts
+
+
+def _kv_link(expect: dict[str, Any], lay: _Layout) -> list[str]:
+    """P -> D KV transfer, drawn once between the groups: every prefill rank may send to every decode rank."""
+    if not (expect.get("kv_connector") and "prefill" in lay.roles and "decode" in lay.roles):
+        return []
+    pi, di = lay.roles.index("prefill"), lay.roles.index("decode")
+    y = TOP + min(len(lay.columns[pi]), len(lay.columns[di])) * (H + GAP) / 2
+    x1, x2 = lay.col_x[pi] + W + 8, lay.col_x[di] - 8
+    return [f'<path class="link kv" d="M{x1},{y} H{x2 - 2}" marker-end="url(#a-kv)"/>'
+            f'<text class="lbl" x="{x1 + 4}" y="{y - 6}">KV transfer</text>']
+
+
+def _pool(expect: dict[str, Any], lay: _Layout, boxes: dict[str, _Box]) -> tuple[list[str], list[str]]:
+    """The MetaService box (unless it is a node's) and one link per column with pool members."""
+    if not lay.has_meta:
+        return [], []
+    parts: list[str] = []
+    if lay.meta_box_is_node:
+        meta = boxes[str((lay.meta_host or {}).get("name"))]
+    else:
+        meta = _Box(lay.col_x[-1], TOP)
+        url = (expect.get("metaservice") or {}).get("url", "?")
+        parts.append(_service_box(meta, "MetaService", url, f"on {lay.meta_host.get('name')}" if lay.meta_host else ""))
+    links = []
+    for ci, (role, col) in enumerate(zip(lay.roles, lay.columns)):
+        members = [n for n in col if _in_pool(n)]
+        if not members or role == "metaservice":
+            continue
+        fx = lay.col_x[ci] + W / 2
+        fy = TOP + len(col) * (H + GAP) - GAP + 8
+        links.append(f'<path class="link pool" d="M{fx},{fy} V{lay.lane_bottom} H{meta.x + W / 2 + ci * 6} '
+                     f'V{meta.y + H + 2}" marker-end="url(#a-pool)"/>'
+                     f'<text class="lbl" x="{fx + 4}" y="{lay.lane_bottom - 4}">pool: {len(members)}/{len(col)}</text>')
+    return parts, links
+
+
+def _legend(lane_bottom: float) -> str:
+    return (f'<g class="legend" transform="translate(20,{lane_bottom + 18})">'
+            '<path class="link api" d="M0,0 H28"/><text x="34" y="4">proxy / API</text>'
+            '<path class="link kv" d="M130,0 H158"/><text x="164" y="4">KV transfer</text>'
+            '<path class="link pool" d="M270,0 H298"/><text x="304" y="4">MemCache pool</text>'
+            '<rect class="box fail" x="420" y="-8" width="22" height="14" rx="3"/>'
+            '<text x="448" y="4">node with a failed check</text></g>')
+
+
+def _defs() -> str:
+    return "<defs>" + "".join(
         f'<marker id="a-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" '
         f'markerWidth="{14 if k == "kv" else 9}" markerHeight="{14 if k == "kv" else 9}" orient="auto">'
         f'<path d="M0,0 L10,5 L0,10 z" class="head {k}"/></marker>' for k in ("api", "kv", "pool")) + "</defs>"
+
+
+def topology_svg(plan: dict[str, Any], tests: list[dict[str, Any]]) -> str:
+    """Nodes as boxes in one column per role; proxy and MetaService as service boxes; arrows between."""
+    expect, nodes = plan.get("expect", {}), plan.get("nodes", [])
+    lay = _layout(plan)
+    boxes: dict[str, _Box] = {}
+    parts = _columns(lay, _outcomes_per_node(tests), boxes)
+    # the entry point: the PD proxy, or the API of the mixed deployment's head node
+    entry_host = next((str(n.get("name")) for n in nodes for p in _procs(n) if p.get("kind") == "proxy"), None)
+    entry = _Box(20, TOP)
+    parts.append(_service_box(entry, "Proxy" if expect.get("proxy") else "Entrypoint", expect.get("entrypoint", "?"),
+                              f"on {entry_host}" if entry_host else "clients send requests here"))
+    links = [_route(entry, boxes[str(api.get("node"))], lay.col_x, "api")
+             for api in expect.get("apis", []) if boxes.get(str(api.get("node")))]
+    links += _kv_link(expect, lay)
+    pool_parts, pool_links = _pool(expect, lay, boxes)
+    parts += pool_parts
+    links += pool_links
+    width = max((lay.col_x[-1] if lay.col_x else 20) + W + 30, 640)  # at least as wide as the legend
+    height = lay.lane_bottom + 46
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="topo" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="deployment topology">{defs}'
-            + "".join(links) + "".join(parts) + legend + "</svg>")
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="deployment topology">{_defs()}'
+            + "".join(links) + "".join(parts) + _legend(lay.lane_bottom) + "</svg>")
 
 
 def _route(src: _Box, dst: _Box, col_x: list[float], kind: str) -> str:

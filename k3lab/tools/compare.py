@@ -71,58 +71,82 @@ def _metric_rule(metric: str, threshold: float, tolerance: float) -> tuple[str, 
 
 def compare(a: dict[str, Any], b: dict[str, Any], policy: Policy) -> dict[str, Any]:
     sim = "sim" in (a["target"], b["target"])
-    scenarios = []
-    for sid in sorted(set(a["scenarios"]) | set(b["scenarios"])):
-        va, vb = a["scenarios"].get(sid), b["scenarios"].get(sid)
-        ia, ib = _items(va), _items(vb)
-        row: dict[str, Any] = {"scenario": sid, "verdict_a": (va or {}).get("verdict"),
-                               "verdict_b": (vb or {}).get("verdict"), "new_failures": [], "fixed": [],
-                               "still_failing": 0, "expected_changed": [], "versions_changed": [], "metrics": [],
-                               "only_in_a": [], "only_in_b": []}
-        if va is None or vb is None:
-            row["note"] = f"only in {'B' if va is None else 'A'}"
-        for key in sorted(set(ia) | set(ib)):
-            x, y = ia.get(key), ib.get(key)
-            if va is not None and vb is not None:
-                if x is None and y is not None and y["status"] not in BAD:
-                    row["only_in_b"].append(key)
-                if y is None and x is not None:
-                    row["only_in_a"].append(key)
-            bad_a = x is not None and x["status"] in BAD
-            bad_b = y is not None and y["status"] in BAD
-            if va is None or vb is None:
-                continue  # a scenario on one side only: its verdict and the note say it
-            if bad_b and not bad_a:
-                row["new_failures"].append({"key": key, "id": y["id"], "level": y["level"], "status": y["status"],
-                                            "was": x["status"] if x else "absent", "message": y["message"]})
-            elif bad_a and not bad_b and y is not None:
-                row["fixed"].append({"key": key, "id": x["id"], "level": x["level"], "was": x["status"],
-                                     "now": y["status"]})
-            elif bad_a and bad_b and y["level"] == "block":
-                row["still_failing"] += 1
-            if x and y and x.get("expected") and y.get("expected") and x["expected"] != y["expected"]:
-                row["expected_changed"].append({"key": key, "a": x["expected"], "b": y["expected"]})
-            eff = policy.for_scenario(sid)
-            for metric in sorted(set((x or {}).get("metrics", {})) & set((y or {}).get("metrics", {}))):
-                ma, mb = float(x["metrics"][metric]), float(y["metrics"][metric])
-                rule, ok = _metric_rule(metric, eff.threshold, eff.tolerance)
-                row["metrics"].append({"key": key, "metric": metric, "a": ma, "b": mb, "delta": round(mb - ma, 4),
-                                       "relative": round((mb - ma) / ma, 4) if ma else None, "rule": rule,
-                                       "within": bool(ok(ma, mb)), "comparable": not sim})
-        vera, verb = (va or {}).get("versions") or {}, (vb or {}).get("versions") or {}
-        for comp in sorted(set(vera) | set(verb)):
-            if vera.get(comp) != verb.get(comp) and va is not None and vb is not None:
-                row["versions_changed"].append({"component": comp, "a": vera.get(comp), "b": verb.get(comp)})
-        worse = (row["verdict_a"] is not None and row["verdict_b"] is not None
-                 and RANK.get(row["verdict_b"], 1) > RANK.get(row["verdict_a"], 1))
-        dropped = va is not None and vb is None  # a scenario A gated that B did not: coverage lost
-        new_bad = va is None and row["verdict_b"] == gate.FAIL
-        row["regression"] = bool(worse or dropped or new_bad or any(f["level"] == "block" for f in row["new_failures"])
-                                 or any(m["comparable"] and not m["within"] for m in row["metrics"]))
-        scenarios.append(row)
+    scenarios = [_compare_scenario(sid, a["scenarios"].get(sid), b["scenarios"].get(sid), policy, sim)
+                 for sid in sorted(set(a["scenarios"]) | set(b["scenarios"]))]
     return {"schema": 1, "kind": "k3lab-compare", "a": a["label"], "b": b["label"],
             "target_a": a["target"], "target_b": b["target"], "perf_comparable": not sim,
             "regression": any(r["regression"] for r in scenarios), "scenarios": scenarios}
+
+
+def _compare_scenario(sid: str, va: dict | None, vb: dict | None, policy: Policy, sim: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"scenario": sid, "verdict_a": (va or {}).get("verdict"),
+                           "verdict_b": (vb or {}).get("verdict"), "new_failures": [], "fixed": [],
+                           "still_failing": 0, "expected_changed": [], "versions_changed": [], "metrics": [],
+                           "only_in_a": [], "only_in_b": []}
+    if va is None or vb is None:
+        # a scenario on one side only: its verdict and the note say it
+        row["note"] = f"only in {'B' if va is None else 'A'}"
+    else:
+        eff = policy.for_scenario(sid)
+        ia, ib = _items(va), _items(vb)
+        for key in sorted(set(ia) | set(ib)):
+            x, y = ia.get(key), ib.get(key)
+            _presence(row, key, x, y)
+            _status_change(row, key, x, y)
+            if x and y and x.get("expected") and y.get("expected") and x["expected"] != y["expected"]:
+                row["expected_changed"].append({"key": key, "a": x["expected"], "b": y["expected"]})
+            row["metrics"] += _metric_deltas(key, x, y, eff, sim)
+        row["versions_changed"] = _versions_changed(va, vb)
+    row["regression"] = _regressed(row, va, vb)
+    return row
+
+
+def _presence(row: dict[str, Any], key: str, x: dict | None, y: dict | None) -> None:
+    if x is None and y is not None and y["status"] not in BAD:
+        row["only_in_b"].append(key)
+    if y is None and x is not None:
+        row["only_in_a"].append(key)
+
+
+def _status_change(row: dict[str, Any], key: str, x: dict | None, y: dict | None) -> None:
+    bad_a = x is not None and x["status"] in BAD
+    bad_b = y is not None and y["status"] in BAD
+    if bad_b and not bad_a:
+        assert y is not None
+        row["new_failures"].append({"key": key, "id": y["id"], "level": y["level"], "status": y["status"],
+                                    "was": x["status"] if x else "absent", "message": y["message"]})
+    elif bad_a and not bad_b and y is not None:
+        assert x is not None
+        row["fixed"].append({"key": key, "id": x["id"], "level": x["level"], "was": x["status"], "now": y["status"]})
+    elif bad_a and bad_b and y is not None and y["level"] == "block":
+        row["still_failing"] += 1
+
+
+def _metric_deltas(key: str, x: dict | None, y: dict | None, eff, sim: bool) -> list[dict[str, Any]]:
+    out = []
+    for metric in sorted(set((x or {}).get("metrics", {})) & set((y or {}).get("metrics", {}))):
+        assert x is not None and y is not None
+        ma, mb = float(x["metrics"][metric]), float(y["metrics"][metric])
+        rule, ok = _metric_rule(metric, eff.threshold, eff.tolerance)
+        out.append({"key": key, "metric": metric, "a": ma, "b": mb, "delta": round(mb - ma, 4),
+                    "relative": round((mb - ma) / ma, 4) if ma else None, "rule": rule,
+                    "within": bool(ok(ma, mb)), "comparable": not sim})
+    return out
+
+
+def _versions_changed(va: dict, vb: dict) -> list[dict[str, Any]]:
+    vera, verb = va.get("versions") or {}, vb.get("versions") or {}
+    return [{"component": comp, "a": vera.get(comp), "b": verb.get(comp)}
+            for comp in sorted(set(vera) | set(verb)) if vera.get(comp) != verb.get(comp)]
+
+
+def _regressed(row: dict[str, Any], va: dict | None, vb: dict | None) -> bool:
+    worse = (row["verdict_a"] is not None and row["verdict_b"] is not None
+             and RANK.get(row["verdict_b"], 1) > RANK.get(row["verdict_a"], 1))
+    dropped = va is not None and vb is None  # a scenario A gated that B did not: coverage lost
+    new_bad = va is None and row["verdict_b"] == gate.FAIL
+    return bool(worse or dropped or new_bad or any(f["level"] == "block" for f in row["new_failures"])
+                or any(m["comparable"] and not m["within"] for m in row["metrics"]))
 
 
 # ------------------------------------------------------------------------------------- output
@@ -165,17 +189,23 @@ def markdown(doc: dict[str, Any]) -> str:
         out.append(f"| {r['scenario']} | {r['verdict_a'] or '-'} | {r['verdict_b'] or '-'} | {len(r['new_failures'])} | "
                    f"{len(r['fixed'])} | {len(r['versions_changed'])} |")
     for r in _changed(doc["scenarios"]):
-        lines = [f"- new {f['status']} [{f['level']}] `{md(f['key'])}` (was {f['was']}): {md(f['message'][:300])}"
-                 for f in r["new_failures"]]
-        lines += [f"- fixed `{md(f['key'])}` ({f['was']} → {f['now']})" for f in r["fixed"]]
-        lines += [f"- expected `{md(e['key'])}`: {md(e['a'])} → {md(e['b'])}" for e in r["expected_changed"]]
-        lines += [f"- version {v['component']}: {md(v['a'])} → {md(v['b'])}" for v in r["versions_changed"]]
-        lines += [f"- {m['metric']}: {m['a']:g} → {m['b']:g} ({m['delta']:+g}; {m['rule']})"
-                  + (" not comparable (simulator)" if not m["comparable"] else "" if m["within"] else " **past limit**")
-                  for m in r["metrics"]]
+        lines = _markdown_details(r)
         if lines:
             out += ["", f"**{r['scenario']}** ({r['verdict_a'] or '-'} → {r['verdict_b'] or '-'})", "", *lines]
     return report.redact("\n".join(out) + "\n")
+
+
+def _markdown_details(r: dict[str, Any]) -> list[str]:
+    md = report.md
+    lines = [f"- new {f['status']} [{f['level']}] `{md(f['key'])}` (was {f['was']}): {md(f['message'][:300])}"
+             for f in r["new_failures"]]
+    lines += [f"- fixed `{md(f['key'])}` ({f['was']} → {f['now']})" for f in r["fixed"]]
+    lines += [f"- expected `{md(e['key'])}`: {md(e['a'])} → {md(e['b'])}" for e in r["expected_changed"]]
+    lines += [f"- version {v['component']}: {md(v['a'])} → {md(v['b'])}" for v in r["versions_changed"]]
+    lines += [f"- {m['metric']}: {m['a']:g} → {m['b']:g} ({m['delta']:+g}; {m['rule']})"
+              + (" not comparable (simulator)" if not m["comparable"] else "" if m["within"] else " **past limit**")
+              for m in r["metrics"]]
+    return lines
 
 
 def cmd_compare(args) -> int:
