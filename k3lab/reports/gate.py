@@ -83,30 +83,35 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         area = t["area"]
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
         level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
-        kind = props.get("kind", "product")
-        outcome, msg = t["outcome"], t["message"]
-        if outcome in ("passed", "xpassed"):
-            status = "pass"
-        elif outcome == "failed":
-            status = "incomplete" if kind == "environment" else "fail"
-            msg = f"{msg} [kind {kind}]" if kind != "product" else msg
-        elif outcome == "error":
-            status = "fail" if kind == "product" and props.get("what") else "incomplete"
-            msg = f"errored: {msg}"
-        else:  # skipped, xfailed
-            na = eff.not_applicable_reason(cid, msg)
-            status = "na" if na else "incomplete"
-            msg = f"skipped: {msg}" if na else f"skipped, not a listed not-applicable reason: {msg}"
-        metrics = {}
-        for k, v in props.items():
-            if k.startswith(("perf.", "accuracy.")):
-                try:
-                    metrics[k] = float(v)
-                except ValueError:
-                    pass
+        status, msg = _status(eff, cid, t["outcome"], t["message"], props)
         items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
-                          props.get("expected", ""), props.get("actual", ""), metrics))
+                          props.get("expected", ""), props.get("actual", ""), _metrics(props)))
     return items
+
+
+def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, str]) -> tuple[str, str]:
+    """A test's outcome as a gate status, and the message that says why."""
+    kind = props.get("kind", "product")
+    if outcome in ("passed", "xpassed"):
+        return "pass", msg
+    if outcome == "failed":
+        # a broken lab (kind environment) cannot judge the candidate: incomplete, not failed
+        return ("incomplete" if kind == "environment" else "fail"), (f"{msg} [kind {kind}]" if kind != "product" else msg)
+    if outcome == "error":
+        return ("fail" if kind == "product" and props.get("what") else "incomplete"), f"errored: {msg}"
+    na = eff.not_applicable_reason(cid, msg)  # skipped, xfailed
+    return ("na", f"skipped: {msg}") if na else ("incomplete", f"skipped, not a listed not-applicable reason: {msg}")
+
+
+def _metrics(props: dict[str, str]) -> dict[str, float]:
+    metrics = {}
+    for k, v in props.items():
+        if k.startswith(("perf.", "accuracy.")):
+            try:
+                metrics[k] = float(v)
+            except ValueError:
+                pass
+    return metrics
 
 
 def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[Item]:

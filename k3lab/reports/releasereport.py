@@ -31,29 +31,35 @@ def _rel(out: Path, path: str | None) -> str | None:
 
 def _view(out: Path, doc: dict[str, Any]) -> dict[str, Any]:
     verdicts = [gate.Verdict.from_json(s) for s in doc["scenarios"]]
-    areas: list[str] = []
-    for v in verdicts:
-        for a in v.areas():
-            if a not in areas:
-                areas.append(a)
-    front = [a for a in ("static", "live", "versions", "deviations") if a in areas]
-    areas = front + sorted(a for a in areas if a not in front)
-    rows = []
-    for v in verdicts:
-        cells = v.areas()
-        cyc = doc.get("cycles", {}).get(v.scenario, {})
-        run = _rel(out, v.run_dir)
-        rows.append({"scenario": v.scenario, "verdict": v.verdict, "cells": [cells.get(a) for a in areas],
-                     "reasons": v.reasons, "run": run,
-                     "report": f"{run}/report.html" if run else None, "summary": f"{run}/summary.md" if run else None,
-                     "log": _rel(out, cyc.get("log")), "wall": cyc.get("wall_s"),
-                     "versions": [v.versions.get(c) or "–" for c in COMPONENTS],
-                     "warnings": [f"{i.key}: {i.message}" for i in v.items if i.level == "warn" and i.status == "fail"]
-                     + ([f"{n} non-blocking check(s) not evaluated (e.g. opt-in perf/accuracy not requested)"]
-                        if (n := sum(i.level == "warn" and i.status == "incomplete" for i in v.items)) else []),
-                     "counts": _counts(v)})
+    areas = _areas(verdicts)
+    rows = [_row(out, doc, v, areas) for v in verdicts]
     return {"doc": doc, "areas": areas, "rows": rows, "components": COMPONENTS,
             "status_text": STATUS_TEXT}
+
+
+def _areas(verdicts: list[gate.Verdict]) -> list[str]:
+    """Every area any scenario has: the release's own stages first, then the checks' areas sorted."""
+    areas: list[str] = []
+    for v in verdicts:
+        areas += [a for a in v.areas() if a not in areas]
+    front = [a for a in ("static", "live", "versions", "deviations") if a in areas]
+    return front + sorted(a for a in areas if a not in front)
+
+
+def _row(out: Path, doc: dict[str, Any], v: gate.Verdict, areas: list[str]) -> dict[str, Any]:
+    cells = v.areas()
+    cyc = doc.get("cycles", {}).get(v.scenario, {})
+    run = _rel(out, v.run_dir)
+    not_evaluated = sum(i.level == "warn" and i.status == "incomplete" for i in v.items)
+    return {"scenario": v.scenario, "verdict": v.verdict, "cells": [cells.get(a) for a in areas],
+            "reasons": v.reasons, "run": run,
+            "report": f"{run}/report.html" if run else None, "summary": f"{run}/summary.md" if run else None,
+            "log": _rel(out, cyc.get("log")), "wall": cyc.get("wall_s"),
+            "versions": [v.versions.get(c) or "–" for c in COMPONENTS],
+            "warnings": [f"{i.key}: {i.message}" for i in v.items if i.level == "warn" and i.status == "fail"]
+            + ([f"{not_evaluated} non-blocking check(s) not evaluated (e.g. opt-in perf/accuracy not requested)"]
+               if not_evaluated else []),
+            "counts": _counts(v)}
 
 
 def _counts(v: gate.Verdict) -> dict[str, int]:
@@ -69,23 +75,7 @@ def _counts(v: gate.Verdict) -> dict[str, int]:
 
 def release_md(out: Path, doc: dict[str, Any]) -> str:
     view = _view(out, doc)
-    t = doc["timings"]
-    lines = [f"# k3lab release: {doc['overall']}", "",
-             f"Target {md(doc['target'])}, policy {md(doc['policy'])}, {len(view['rows'])} scenarios, "
-             f"{doc['jobs']} at a time. Wall {t['total_s']:.1f} s (static {t['static_s']:.2f} s, live {t['live_s']:.1f} s; "
-             f"sum of the cycles {t['sum_of_cycles_s']:.1f} s). Host load {md(doc['host']['load'])}, "
-             f"{doc['host']['cpus']} CPUs. k3lab {md(doc['k3lab'])}, {md(doc['started'])}.", ""]
-    lines += [f"Host warning: {md(w)}" for w in doc["host"].get("warnings", [])] + \
-        ([""] if doc["host"].get("warnings") else [])
-    if doc.get("injected"):
-        lines += ["Injected faults: " + ", ".join(f"{md(k)}={md(v)}" for k, v in doc["injected"].items()), ""]
-    lines += ["## Scenario × area", "",
-              "| scenario | verdict | " + " | ".join(md(a) for a in view["areas"]) + " | run |",
-              "|---|---|" + "---|" * len(view["areas"]) + "---|"]
-    for r in view["rows"]:
-        cells = " | ".join(STATUS_TEXT.get(c, "–") if c else "–" for c in r["cells"])
-        link = f"[report]({r['report']}) · [summary]({r['summary']})" if r["run"] else "–"
-        lines.append(f"| {md(r['scenario'])} | **{r['verdict']}** | {cells} | {link} |")
+    lines = _header_md(doc, len(view["rows"])) + _matrix_md(view)
     lines += ["", "## Why not PASS", ""]
     reasons = [x for r in view["rows"] for x in r["reasons"]]
     lines += [f"- {md(x)}" for x in reasons] or ["Every scenario passed its blocking checks."]
@@ -95,10 +85,34 @@ def release_md(out: Path, doc: dict[str, Any]) -> str:
         lines += [f"- {md(s)}: {md(w)}" for s, w in warns[:200]]
     lines += ["", "## Versions read from the nodes", "",
               "| scenario | " + " | ".join(md(c) for c in COMPONENTS) + " |", "|---|" + "---|" * len(COMPONENTS)]
-    for r in view["rows"]:
-        lines.append(f"| {md(r['scenario'])} | " + " | ".join(md(x) for x in r["versions"]) + " |")
+    lines += [f"| {md(r['scenario'])} | " + " | ".join(md(x) for x in r["versions"]) + " |" for r in view["rows"]]
     lines += ["", "Generated by k3lab release; release.json holds every item, junit.xml one case per item.", ""]
     return redact("\n".join(lines))
+
+
+def _header_md(doc: dict[str, Any], scenarios: int) -> list[str]:
+    t = doc["timings"]
+    lines = [f"# k3lab release: {doc['overall']}", "",
+             f"Target {md(doc['target'])}, policy {md(doc['policy'])}, {scenarios} scenarios, "
+             f"{doc['jobs']} at a time. Wall {t['total_s']:.1f} s (static {t['static_s']:.2f} s, live {t['live_s']:.1f} s; "
+             f"sum of the cycles {t['sum_of_cycles_s']:.1f} s). Host load {md(doc['host']['load'])}, "
+             f"{doc['host']['cpus']} CPUs. k3lab {md(doc['k3lab'])}, {md(doc['started'])}.", ""]
+    warnings = doc["host"].get("warnings", [])
+    lines += [f"Host warning: {md(w)}" for w in warnings] + ([""] if warnings else [])
+    if doc.get("injected"):
+        lines += ["Injected faults: " + ", ".join(f"{md(k)}={md(v)}" for k, v in doc["injected"].items()), ""]
+    return lines
+
+
+def _matrix_md(view: dict[str, Any]) -> list[str]:
+    lines = ["## Scenario × area", "",
+             "| scenario | verdict | " + " | ".join(md(a) for a in view["areas"]) + " | run |",
+             "|---|---|" + "---|" * len(view["areas"]) + "---|"]
+    for r in view["rows"]:
+        cells = " | ".join(STATUS_TEXT.get(c, "–") if c else "–" for c in r["cells"])
+        link = f"[report]({r['report']}) · [summary]({r['summary']})" if r["run"] else "–"
+        lines.append(f"| {md(r['scenario'])} | **{r['verdict']}** | {cells} | {link} |")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------- HTML

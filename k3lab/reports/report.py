@@ -231,32 +231,14 @@ def summary_md(run: Run) -> str:
              f"| Run | {md(_run_label(run))} |",
              f"| Versions | k3lab {md(v['k3lab'])}; image {md(v['image'])}; Python {md(v['python'])} |",
              f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
-    rows, areas, cells = _cells(run)
-    lines += ["## Results by area and node", "",
-              "| area | node | passed | failed | skipped |", "|---|---|---:|---:|---:|"]
-    for area in areas:
-        for row in rows:
-            if (row, area) in cells:
-                ok, bad, skip = _tally(cells[(row, area)])
-                mark = " ✗" if bad else ""
-                lines.append(f"| {md(area)} | {md(row)}{mark} | {ok} | {bad} | {skip} |")
+    lines += _results_md(run)
     lines += ["", "## Failures", ""]
     fails = _failures(run)
     if not fails:
         lines.append("None.")
     evidence = _evidence_files(run)
     for t in fails:
-        props = t["properties"]
-        lines += [f"### {md(t['nodeid'])}", "",
-                  f"- kind: **{md(props.get('kind', 'product'))}**, outcome {md(t['outcome'])}"]
-        for key in ("what", "expected", "actual", "where", "cause", "remedy"):
-            if props.get(key):
-                lines.append(f"- {key}: {md(props[key])}")
-        if t["message"] and not props.get("what"):
-            lines.append(f"- message: {md(t['message'])}")
-        if t["node"] in evidence:
-            lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in evidence[t["node"]]))
-        lines.append("")
+        lines += _failure_md(t, evidence)
     lines += ["## Deviations from the guides", ""]
     devs = p.get("deviations") or []
     lines += [f"- {md(d.get('id', '?'))} ({md(d.get('scope', '?'))}): {md(d.get('what', ''))}. "
@@ -266,6 +248,31 @@ def summary_md(run: Run) -> str:
               for group, files in evidence.items()]
     lines += ["", f"Generated {_now()} by k3lab {md(__version__)}; report.html has the topology picture.", ""]
     return redact("\n".join(lines))
+
+
+def _results_md(run: Run) -> list[str]:
+    rows, areas, cells = _cells(run)
+    lines = ["## Results by area and node", "",
+             "| area | node | passed | failed | skipped |", "|---|---|---:|---:|---:|"]
+    for area in areas:
+        for row in rows:
+            if (row, area) in cells:
+                ok, bad, skip = _tally(cells[(row, area)])
+                mark = " ✗" if bad else ""
+                lines.append(f"| {md(area)} | {md(row)}{mark} | {ok} | {bad} | {skip} |")
+    return lines
+
+
+def _failure_md(t: dict[str, Any], evidence: dict[str, list[str]]) -> list[str]:
+    props = t["properties"]
+    lines = [f"### {md(t['nodeid'])}", "", f"- kind: **{md(props.get('kind', 'product'))}**, outcome {md(t['outcome'])}"]
+    lines += [f"- {key}: {md(props[key])}" for key in ("what", "expected", "actual", "where", "cause", "remedy")
+              if props.get(key)]
+    if t["message"] and not props.get("what"):
+        lines.append(f"- message: {md(t['message'])}")
+    if t["node"] in evidence:
+        lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in evidence[t["node"]]))
+    return [*lines, ""]
 
 
 def _now() -> str:

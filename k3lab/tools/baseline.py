@@ -28,38 +28,14 @@ GATED = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_m
 def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dict]:
     """(scenario, baseline document) of a run directory; UsageError when it cannot be one."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: not a run directory")
-    run = report.load(run_dir)
-    sid = (run.plan or {}).get("scenario") or run.state.get("scenario")
-    if not sid:
-        raise UsageError(f"{run_dir}: no plan.json naming the scenario")
-    target = run.state.get("target") or (run.plan or {}).get("target")
-    if target == "sim":
-        raise UsageError(f"{run_dir}: a simulator run; its perf numbers are not comparable with a lab's and never "
-                         "gate, so they make no baseline (record from a lab run: k3lab cycle ID -i lab.yaml -- --perf)")
-    result_path = run_dir / "evidence" / "bench" / "perf-result.json"
-    if not result_path.is_file():
-        raise UsageError(f"{run_dir}: no evidence/bench/perf-result.json (run the cycle with -- --perf)")
-    try:
-        result = benchparse.parse_bench_result(result_path.read_text())
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"{result_path}: not a vllm bench serve result: {exc}") from None
+    run, sid, target = _lab_run(run_dir)
+    result = _bench_result(run_dir)
     metrics = {m: float(result[m]) for m in GATED if isinstance(result.get(m), (int, float))}
     if not metrics:
-        raise UsageError(f"{result_path}: none of {', '.join(GATED)} in the result")
+        raise UsageError(f"{run_dir / 'evidence' / 'bench' / 'perf-result.json'}: none of {', '.join(GATED)} in the result")
     workload = {k: result[k] for k in ("num_prompts", "max_concurrency", "request_rate") if result.get(k) is not None}
-    argv = run_dir / "evidence" / "bench" / "perf-argv.txt"
-    command = None
-    if argv.is_file():
-        lines = [ln for ln in argv.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-        command = lines[-1] if lines else None
-        words = shlex.split(command or "")
-        for flag in ("--random-input-len", "--random-output-len"):  # the lengths are not in the result file
-            if flag in words[:-1]:
-                workload[flag[2:].replace("-", "_")] = int(words[words.index(flag) + 1])
-    vers = versions.load(run_dir)
-    summary = vers.get("summary") or {}
+    command = _bench_command(run_dir, workload)
+    summary = versions.load(run_dir).get("summary") or {}
     doc = {
         "source": f"k3lab baseline record {run_dir.name}",
         "workload": workload,
@@ -79,6 +55,45 @@ def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dic
     }
     benchparse.parse_baseline(json.dumps(doc))  # what conformance/perf.py will read must parse
     return sid, doc
+
+
+def _lab_run(run_dir: Path):
+    """(run, scenario, target) of a lab run directory; a sim run makes no baseline."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a run directory")
+    run = report.load(run_dir)
+    sid = (run.plan or {}).get("scenario") or run.state.get("scenario")
+    if not sid:
+        raise UsageError(f"{run_dir}: no plan.json naming the scenario")
+    target = run.state.get("target") or (run.plan or {}).get("target")
+    if target == "sim":
+        raise UsageError(f"{run_dir}: a simulator run; its perf numbers are not comparable with a lab's and never "
+                         "gate, so they make no baseline (record from a lab run: k3lab cycle ID -i lab.yaml -- --perf)")
+    return run, sid, target
+
+
+def _bench_result(run_dir: Path) -> dict:
+    result_path = run_dir / "evidence" / "bench" / "perf-result.json"
+    if not result_path.is_file():
+        raise UsageError(f"{run_dir}: no evidence/bench/perf-result.json (run the cycle with -- --perf)")
+    try:
+        return benchparse.parse_bench_result(result_path.read_text())
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"{result_path}: not a vllm bench serve result: {exc}") from None
+
+
+def _bench_command(run_dir: Path, workload: dict) -> str | None:
+    """The saved vllm bench serve command line; its random lengths join ``workload`` (not in the result)."""
+    argv = run_dir / "evidence" / "bench" / "perf-argv.txt"
+    if not argv.is_file():
+        return None
+    lines = [ln for ln in argv.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    command = lines[-1] if lines else None
+    words = shlex.split(command or "")
+    for flag in ("--random-input-len", "--random-output-len"):
+        if flag in words[:-1]:
+            workload[flag[2:].replace("-", "_")] = int(words[words.index(flag) + 1])
+    return command
 
 
 def cmd_baseline(args) -> int:
