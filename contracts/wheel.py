@@ -110,16 +110,18 @@ def field_drift(models: dict[str, Model], cls: str, obj: Any, where: str, requir
         problems += [f"{where}.{k}: required by vLLM's {cls}, missing" for k, (_, has_default) in fields.items()
                      if not has_default and k not in obj]
     for key, value in obj.items():
-        if key not in fields:
-            continue
-        inner = [n.id for n in ast.walk(ast.parse(fields[key][0], mode="eval")) if isinstance(n, ast.Name)
-                 and n.id in models and n.id not in ("OpenAIBaseModel",)]
-        if not inner:
-            continue
-        for i, item in enumerate(value if isinstance(value, list) else [value]):
-            problems += field_drift(models, inner[0], item, f"{where}.{key}" + (f"[{i}]" if isinstance(value, list) else ""),
+        inner = _model_of(models, fields[key][0]) if key in fields else None
+        for i, item in enumerate(value if isinstance(value, list) else [value]) if inner else []:
+            problems += field_drift(models, inner, item, f"{where}.{key}" + (f"[{i}]" if isinstance(value, list) else ""),
                                     required)
     return problems
+
+
+def _model_of(models: dict[str, Model], annotation: str) -> str | None:
+    """The first known model class an annotation names (``list[ToolCall] | None`` -> ToolCall)."""
+    inner = [n.id for n in ast.walk(ast.parse(annotation, mode="eval")) if isinstance(n, ast.Name)
+             and n.id in models and n.id not in ("OpenAIBaseModel",)]
+    return inner[0] if inner else None
 
 
 # ------------------------------------------------------------------------------------- parsers
@@ -264,6 +266,16 @@ def compose(parsers, text: str, request: Request, thinking: bool = True) -> Resu
     return Result(reasoning, content, [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls])
 
 
+def _add_call_deltas(calls: dict[int, list[str]], deltas) -> None:
+    """Streamed tool-call pieces appended per call index: [name so far, arguments so far]."""
+    for call in deltas:
+        entry = calls.setdefault(call.index, ["", ""])
+        fn = call.function or {}
+        fn = fn if isinstance(fn, dict) else fn.model_dump(exclude_none=True)
+        entry[0] += fn.get("name") or ""
+        entry[1] += fn.get("arguments") or ""
+
+
 def compose_stream(parsers, deltas: list[str], request: Request, thinking: bool = True) -> Result:
     """The streaming chat path: per delta, reasoning until it ends, then the post-reasoning text to
     the tool parser's streaming method (``KimiK3Parser`` does so for tool_choice "none" too, and drops
@@ -290,12 +302,7 @@ def compose_stream(parsers, deltas: list[str], request: Request, thinking: bool 
         if out is None:
             continue
         content += out.content or ""
-        for call in out.tool_calls if use_tools else []:
-            entry = calls.setdefault(call.index, ["", ""])
-            fn = call.function or {}
-            fn = fn if isinstance(fn, dict) else fn.model_dump(exclude_none=True)
-            entry[0] += fn.get("name") or ""
-            entry[1] += fn.get("arguments") or ""
+        _add_call_deltas(calls, out.tool_calls if use_tools else [])
     got_calls = [(name, json.loads(args)) for _, (name, args) in sorted(calls.items())]
     if got_calls and not content.strip():
         content = ""

@@ -555,47 +555,51 @@ def _revert(run, fault: Fault) -> bool:
     return True
 
 
-def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
-    from k3lab.launchers import lifecycle
+class _Rows:
+    """The matrix's rows, printed and saved as they come: a live matrix takes minutes."""
 
-    rows: list[dict] = []
-    started = time.monotonic()
+    def __init__(self, report: Path | None, live: bool) -> None:
+        self.rows: list[dict] = []
+        self.report, self.live, self.started = report, live, time.monotonic()
 
-    def add(row: dict) -> None:  # print and save as we go: a live matrix takes minutes
-        rows.append(row)
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
         print(f"[faults] {row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})",
               flush=True)
-        if report:
-            report.parent.mkdir(parents=True, exist_ok=True)
-            report.write_text(json.dumps(rows, indent=2))
-            text = markdown(rows, time.monotonic() - started)
-            if live:
-                text += "\n## Every live check, its faults and controls\n\n" + coverage_markdown(rows, live_checks())
-            report.with_suffix(".md").write_text(text)
+        if self.report:
+            self.report.parent.mkdir(parents=True, exist_ok=True)
+            self.report.write_text(json.dumps(self.rows, indent=2))
+            text = markdown(self.rows, time.monotonic() - self.started)
+            if self.live:
+                text += "\n## Every live check, its faults and controls\n\n" + coverage_markdown(self.rows, live_checks())
+            self.report.with_suffix(".md").write_text(text)
 
+
+def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
+    out = _Rows(report, live)
     faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
     for f in faults:
         if f.kind == "static":
-            add(_row(f, run_static(f)))
+            out.add(_row(f, run_static(f)))
+    # reversible faults first, so they share one bring-up per scenario; the rest restart after
+    _run_in_place(sorted([f for f in faults if f.kind == "live" and f.running], key=lambda f: (f.scenario, not f.revert)),
+                  out.add)
+    for f in [f for f in faults if f.kind == "live" and f.at_start]:
+        out.add(_row(f, _run_start_fault(f)))
+    return out.rows
+
+
+def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
+    """Faults injected into a running deployment; every deployment is down when this returns or raises."""
+    from k3lab.launchers import lifecycle
+
     running: dict[str, object] = {}
     baselined: set[str] = set()
-    # reversible faults first, so they share one bring-up per scenario; the rest restart after
-    in_place = sorted([f for f in faults if f.kind == "live" and f.running], key=lambda f: (f.scenario, not f.revert))
     try:
-        for f in in_place:
-            run = running.get(f.scenario)
+        for f in faults:
+            run = running.get(f.scenario) or _fresh_run(f, running, baselined, add)
             if run is None:
-                for other in list(running):  # one run at a time: up refuses while another run is up
-                    lifecycle.down(running.pop(other))
-                try:
-                    run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
-                except ChecksFailed as exc:  # preflight or a readiness gate; an interrupt ends the matrix
-                    add(_row(f, {f"up failed: {str(exc).splitlines()[0]}"}))
-                    continue
-                if f.scenario not in baselined:  # one healthy baseline per scenario shows 0 false positives
-                    baselined.add(f.scenario)
-                    base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
-                    add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), set(base)))
+                continue
             try:
                 inject(run, f)
             except RuntimeError as exc:
@@ -608,12 +612,28 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
             running.pop(f.scenario)
         for other in list(running):
             lifecycle.down(running.pop(other))
-        for f in [f for f in faults if f.kind == "live" and f.at_start]:
-            add(_row(f, _run_start_fault(f)))
     finally:
         for run in running.values():
             lifecycle.down(run)
-    return rows
+
+
+def _fresh_run(f: Fault, running: dict[str, object], baselined: set[str], add: Callable[[dict], None]):
+    """A new deployment of ``f.scenario`` (any other one down first), with one healthy baseline per
+    scenario to show 0 false positives; None when it did not come up (its row says why)."""
+    from k3lab.launchers import lifecycle
+
+    for other in list(running):  # one run at a time: up refuses while another run is up
+        lifecycle.down(running.pop(other))
+    try:
+        run = running[f.scenario] = lifecycle.up(f.scenario, None, {}, "sim")
+    except ChecksFailed as exc:  # preflight or a readiness gate; an interrupt ends the matrix
+        add(_row(f, {f"up failed: {str(exc).splitlines()[0]}"}))
+        return None
+    if f.scenario not in baselined:
+        baselined.add(f.scenario)
+        base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
+        add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), set(base)))
+    return run
 
 
 def _run_start_fault(f: Fault) -> set[str]:
@@ -686,16 +706,21 @@ def coverage_markdown(rows: list[dict], checks: list[str]) -> str:
     clean = [r["scenario"] for r in base if r["verdict"] == "ok"]
     out = ["| check | fault that fails it (on-sample) | off-sample variant | negative control / healthy baseline |",
            "|---|---|---|---|"]
+    baseline = f"0 failures on the healthy baselines ({', '.join(clean)})" if clean else "no baseline run"
     for check in checks:
-        hits = [r for r in rows if r["verdict"] == "ok" and not r["fault"].startswith("BASELINE-")
-                and any(e.split("[", 1)[0] == check for e in r["expected"])]
+        hits = _caught_as_intended(rows, check)
         on = [r["fault"] for r in hits if not _off_sample(r)]
         off = [r["fault"] for r in hits if _off_sample(r)]
         control = NEGATIVE_CONTROLS.get(check, "")
-        baseline = f"0 failures on the healthy baselines ({', '.join(clean)})" if clean else "no baseline run"
         out.append(f"| {check} | {', '.join(on) or '(none)'} | {', '.join(off) or '(none)'} | "
                    f"{control + '; ' if control else ''}{baseline} |")
     return "\n".join(out) + "\n"
+
+
+def _caught_as_intended(rows: list[dict], check: str) -> list[dict]:
+    """Fault rows (not baselines) that failed ``check`` (any of its parameters) as they were meant to."""
+    return [r for r in rows if r["verdict"] == "ok" and not r["fault"].startswith("BASELINE-")
+            and any(e.split("[", 1)[0] == check for e in r["expected"])]
 
 
 def live_checks() -> list[str]:
