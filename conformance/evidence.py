@@ -43,9 +43,9 @@ def message(ev: dict[str, str | None]) -> str:
     text = (f"{_short(ev['what'] or 'check')}: expected {_short(ev['expected'] or '?')}, "
             f"got {_short(ev['actual'] or '?')} at {_short(ev['where'] or '?')}.")
     if ev.get("cause"):
-        text += f" Likely cause: {_short(ev['cause']).rstrip('.')}."
+        text += f" Likely cause: {_short(ev['cause'] or '').rstrip('.')}."
     if ev.get("remedy"):
-        text += f" Remedy: {_short(ev['remedy']).rstrip('.')}."
+        text += f" Remedy: {_short(ev['remedy'] or '').rstrip('.')}."
     if ev.get("kind"):
         text += f" [{ev['kind']}]"
     return text

@@ -79,6 +79,7 @@ def bench(plan, state, run_dir, pytestconfig, baseline) -> tuple[dict, dict]:
     path = runner.newest(out_dir)
     check(path, "vllm bench serve result file", f"a .json under {out_dir}", "none", runner.where,
           "--save-result wrote nothing", "read evidence/bench/perf-stdout.log", kind="environment")
+    assert path is not None  # check() above failed otherwise
     text = runner.read(path)
     (evidence / "perf-result.json").write_text(redact(text))
     return benchparse.parse_bench_result(text), workload

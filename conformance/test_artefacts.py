@@ -44,7 +44,7 @@ def test_rendered_equals_golden(plan, run_dir):
     assert not differ, f"rendered artefacts drifted from golden/: {differ} (review, then nox -s golden -- --snapshot-update)"
 
 
-def _moved_subnet(inventory: str) -> ipaddress.IPv4Network | None:
+def _moved_subnet(inventory: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
     """``default (sim, subnet X)``: the default inventory on other networks (k3lab release slots)."""
     m = re.search(r"subnet (\S+)\)$", inventory)
     return ipaddress.ip_network(m.group(1)) if m else None
@@ -56,7 +56,7 @@ def _to_default_subnet(text: str, moved) -> str:
         return text
     from k3lab.model.inventory import Sim
 
-    base = ipaddress.ip_network(Sim().subnet)
+    base = ipaddress.ip_network(Sim.model_validate({}).subnet)  # the defaults
 
     def back(m: re.Match) -> str:
         addr = ipaddress.ip_address(m.group(0))

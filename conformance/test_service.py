@@ -7,6 +7,7 @@ import io
 import json
 import time
 import uuid
+from typing import Any
 
 import jsonschema
 import pytest
@@ -108,7 +109,7 @@ def test_reasoning_is_parsed(http, entrypoint, plan):
 
 # Two tools whose schemas use patterns, bounds, enums, nested objects and every JSON type: the
 # model must pick the one the question is about and fill its arguments to fit its schema.
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "Weather forecast for a city over the coming days",
         "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days", "unit"],

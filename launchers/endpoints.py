@@ -267,7 +267,7 @@ def split_batch(out: str, token: str, n: int) -> list[tuple[int, str, str] | Non
         start = out.find(head, pos)
         rc_m = re.compile(rf"\n@@{token} {k} rc (-?\d+)\n").search(out, start) if start >= 0 else None
         end = out.find(f"\n@@{token} {k} end\n", rc_m.end()) if rc_m else -1
-        if end < 0:
+        if rc_m is None or end < 0:
             result.append(None)
             continue
         result.append((int(rc_m.group(1)), out[start + len(head):rc_m.start()], out[rc_m.end():end]))

@@ -439,7 +439,7 @@ def down() -> int:
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(_remove_containers, hosts))
-        list(pool.map(lambda h: (_kill(h.docker_pid), _kill(h.sshd_pid)), hosts))
+        list(pool.map(_kill, [pid for h in hosts for pid in (h.docker_pid, h.sshd_pid)]))
     for h in hosts:
         # anything left in the namespace (a shim, a container process) goes with it
         pids = _sh("ip", "netns", "pids", h.ns, check=False).stdout.split()

@@ -14,6 +14,7 @@ import os
 import re
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 import docker
 import paramiko
@@ -28,7 +29,8 @@ LABEL = "k3lab.run"
 PULL_POLICIES = ("never", "missing", "always")
 
 
-def _finding(check: str, message: str, nodes: tuple[str, ...], severity: str = "error") -> Finding:
+def _finding(check: str, message: str, nodes: tuple[str, ...],
+             severity: Literal["error", "warning"] = "error") -> Finding:
     return Finding(check, severity, f"{message} Remedy: {BY_ID[check].remedy}", nodes)
 
 

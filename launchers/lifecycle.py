@@ -319,10 +319,11 @@ def _refuse_collision(plan: Plan) -> None:
                        f"'k3lab down --all' first (or 'k3lab down RUN')")
 
 
-def _runs_on_our_subnets(client, plan: Plan) -> tuple[set[str], set[str]]:
+def _runs_on_our_subnets(client, plan: Plan) -> tuple[set[str | None], set[str | None]]:
     """(runs whose network holds one of our addresses, runs that have a network at all)."""
     ours = [ipaddress.ip_address(n.address) for n in plan.nodes if n.address]
-    taken, networked = set(), set()
+    taken: set[str | None] = set()
+    networked: set[str | None] = set()
     for net in client.networks.list(filters={"label": LABEL}):
         label = (net.attrs.get("Labels") or {}).get(LABEL)
         networked.add(label)
@@ -431,6 +432,7 @@ def _lab_preflight(run: Run, pull: str) -> None:
     from k3lab.launchers import labpreflight
 
     t = time.monotonic()
+    assert isinstance(run.backend, LabBackend)  # the lab target's backend: each node's own endpoint
     findings = labpreflight.run(run.plan, run.backend.pool, run.id, pull)
     run.timings["lab_preflight_s"] = time.monotonic() - t
     (run.dir / "lab-preflight.json").write_text(json.dumps([f.__dict__ for f in findings], indent=2))

@@ -108,7 +108,7 @@ def image_of(container) -> dict[str, str | None]:
         container.reload()
         image_id = container.attrs.get("Image")
         name = container.attrs.get("Config", {}).get("Image")
-        digests = []
+        digests: list[str] = []
         try:
             digests = container.client.images.get(image_id).attrs.get("RepoDigests") or []
         except Exception:  # image removed or not inspectable: the id is still evidence

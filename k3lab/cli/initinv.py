@@ -12,6 +12,8 @@ import os
 import textwrap
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from k3lab.errors import InputError
 from k3lab.model import catalog, inventory, siminventory
 
@@ -39,7 +41,7 @@ def _value(v: object) -> str:
     return text if plain and not risky else json.dumps(text)
 
 
-def _field(model: type, name: str) -> str:
+def _field(model: type[BaseModel], name: str) -> str:
     return model.model_fields[name].description or ""
 
 

@@ -423,9 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"k3lab: input nested too deeply (traceback in {path})", file=sys.stderr)
         return errors.USAGE
     except Exception as exc:  # noqa: BLE001 - the one place that turns a crash into exit code 4
-        if isinstance(getattr(exc, "exit_code", None), int):  # e.g. a failed registry download says 3 itself
+        exit_code = getattr(exc, "exit_code", None)
+        if isinstance(exit_code, int):  # e.g. a failed registry download says 3 itself
             _say(exc)
-            return exc.exit_code
+            return exit_code
         if errors.is_environment_error(exc):
             _say(f"environment error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return errors.ENVIRONMENT

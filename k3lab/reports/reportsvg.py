@@ -93,7 +93,7 @@ def _layout(plan: dict[str, Any]) -> _Layout:
     meta_host = next((n for n in nodes for p in _procs(n) if p.get("kind") == "metaservice"), None)
     meta_box_is_node = meta_host is not None and str(meta_host.get("role")) == "metaservice"
     has_meta = bool(plan.get("expect", {}).get("metaservice")) or meta_host is not None
-    col_x = [20 + (i + 1) * (W + COLGAP) for i in range(len(columns) + (has_meta and not meta_box_is_node))]
+    col_x: list[float] = [20 + (i + 1) * (W + COLGAP) for i in range(len(columns) + (has_meta and not meta_box_is_node))]
     rows = max([len(c) for c in columns] or [1])
     frame_bottom = TOP + rows * (H + GAP) - GAP + 8
     return _Layout(roles, columns, col_x, meta_host, meta_box_is_node, has_meta, frame_bottom + 22)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from k3lab.launchers import suite
 from k3lab.model import catalog, siminventory
@@ -55,7 +56,7 @@ def cli_processes(repeat: int = 3) -> dict:
     # as on a user's machine: byte-code cached (this sandbox sets PYTHONDONTWRITEBYTECODE); one warm-up run
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run(cmd + ["list"], env=env, capture_output=True, timeout=120)
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for _ in range(repeat):
         out = Path(tempfile.mkdtemp(prefix="k3lab-bench-"))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -140,7 +141,7 @@ def live(scenario: str, conformance: bool = True) -> dict:
 
     t0 = time.perf_counter()
     run = lifecycle.up(scenario, None, {}, "sim")
-    result = {"timings": dict(run.timings)}
+    result: dict[str, Any] = {"timings": dict(run.timings)}
     try:
         result["peak_memory_mb"] = _peak_memory_mb(run)
         result["engine_rss_mb"] = _engine_rss_mb(run)
@@ -217,7 +218,7 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
 
 
 def main(out: str, scenarios: list[str], with_live: bool) -> int:
-    doc = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+    doc: dict[str, Any] = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
            "targets": {"render_preflight_all_twelve_s": "well under 1",
                        "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
                        "k3_a3_pd_up_s": 30, "engine_rss_mb": 60},

@@ -496,6 +496,7 @@ CATALOG = {f.id: f for f in STATIC + LIVE}
 
 
 def run_static(fault: Fault) -> set[str]:
+    assert fault.mutate is not None, f"{fault.id} is not a static fault"
     r = fault.mutate()
     return {f.check for f in preflight.run(r.plan, r.files, sim_subnet=r.sim_subnet)}
 
@@ -506,7 +507,7 @@ def _failing_tests(junit: Path) -> dict[str, str]:
     for tc in ET.parse(junit).iter("testcase"):
         bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
         if bad is not None:
-            out[tc.get("name").split("@", 1)[0]] = f"{bad.get('message') or ''}\n{bad.text or ''}"
+            out[(tc.get("name") or "").split("@", 1)[0]] = f"{bad.get('message') or ''}\n{bad.text or ''}"
     return out
 
 
@@ -593,7 +594,7 @@ def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
     """Faults injected into a running deployment; every deployment is down when this returns or raises."""
     from k3lab.launchers import lifecycle
 
-    running: dict[str, object] = {}
+    running: dict[str, lifecycle.Run] = {}
     baselined: set[str] = set()
     try:
         for f in faults:
@@ -617,7 +618,7 @@ def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
             lifecycle.down(run)
 
 
-def _fresh_run(f: Fault, running: dict[str, object], baselined: set[str], add: Callable[[dict], None]):
+def _fresh_run(f: Fault, running: dict, baselined: set[str], add: Callable[[dict], None]):
     """A new deployment of ``f.scenario`` (any other one down first), with one healthy baseline per
     scenario to show 0 false positives; None when it did not come up (its row says why)."""
     from k3lab.launchers import lifecycle
