@@ -320,29 +320,33 @@ def test_every_api_engine_serves(http, plan):
     that answered must be the one whose counter moved: a request the proxy retried elsewhere, or
     served by a process that is not the planned engine, does not pass."""
     bad = []
+    settled = None  # the counters after one API's requests are those before the next one's
     for api in plan.expect.apis:
         # ranks in reverse, two requests each (see test_dp_rank_routing)
         ranks = list(reversed(api.dp_ranks)) if plan.expect.dp_routing and len(api.dp_ranks) > 1 else [None]
         for rank in ranks:
-            if problem := _served_by_itself(http, plan, api, rank):
+            problem, settled = _served_by_itself(http, plan, api, rank, settled)
+            if problem:
                 bad.append(problem)
     assert not bad, "; ".join(bad) + " (check the engine logs and that each API fronts its planned engine)"
 
 
-def _served_by_itself(http, plan, api, rank: int | None) -> str | None:
-    """Two requests to ``api`` (pinned to ``rank``): None when its own engine (rank) counted both
-    and no other engine moved, else what went wrong."""
+def _served_by_itself(http, plan, api, rank: int | None, before) -> tuple[str | None, dict | None]:
+    """Two requests to ``api`` (pinned to ``rank``): (None when its own engine (rank) counted both and
+    no other engine moved, else what went wrong; the settled counters after, or None when unknown).
+    ``before``: the settled counters, or None to read them (the whole deployment, O(APIs) scrapes)."""
     headers = {"X-data-parallel-rank": str(rank)} if rank is not None else {}
-    before = _settled(http, plan.expect.apis)
+    before = before or _settled(http, plan.expect.apis)
     try:
         replies = [http.post(f"{api.url}/v1/completions", headers=headers, timeout=60,
                              json={"model": plan.expect.served_name, "prompt": f"path {RUN_NONCE} {api.node}",
                                    "max_tokens": 4}) for _ in range(2)]
     except OSError as exc:
-        return f"{api.node} ({api.url}): unreachable from the kit host: {exc}"
+        return f"{api.node} ({api.url}): unreachable from the kit host: {exc}", None
     if any(r.status_code != 200 for r in replies):
-        return f"{api.node} ({api.url}): {[r.status_code for r in replies]} {replies[-1].text[:120]}"
-    return _counted_by_itself(plan, api, rank, before, _settled(http, plan.expect.apis))
+        return f"{api.node} ({api.url}): {[r.status_code for r in replies]} {replies[-1].text[:120]}", None
+    after = _settled(http, plan.expect.apis)
+    return _counted_by_itself(plan, api, rank, before, after), after
 
 
 def _counted_by_itself(plan, api, rank: int | None, before, after) -> str | None:
