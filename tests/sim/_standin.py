@@ -49,8 +49,10 @@ def free_port(span: int = 4) -> int:
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The host environment minus proxies, with the sim site importable and a private node file."""
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS and not k.startswith(("MMC_", "K3SIM_"))}
+    # a private hccn_tool lock too: tests on other xdist workers would otherwise share /tmp's and
+    # get "hccn_tool is busy" from each other
     env.update(PYTHONPATH=PYTHONPATH, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               K3SIM_NODE_FILE=str(tmp_path / "node.json"))
+               K3SIM_NODE_FILE=str(tmp_path / "node.json"), K3SIM_HCCN_LOCK=str(tmp_path / ".hccn_tool.lock"))
     env.update(extra)
     return env
 

@@ -10,7 +10,7 @@ import fcntl
 import os
 import sys
 
-from k3sim import hw
+from k3sim import hw, run_tool
 
 PING_TIMEOUT_S = 1.0
 PING_COUNT = 3
@@ -30,9 +30,7 @@ class Fail(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    out, status = answer(list(sys.argv[1:] if argv is None else argv))
-    sys.stdout.write(out)
-    return status
+    return run_tool(answer, argv)
 
 
 def answer(args: list[str]) -> tuple[str, int]:

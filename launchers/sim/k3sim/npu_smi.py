@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import sys
 
-from k3sim import hw
+from k3sim import hw, run_tool
 
 DRIVER_VERSION = "25.2.0"  # keep in step with usr/local/Ascend/driver/version.info
 
@@ -60,9 +60,7 @@ class Fail(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    out, status = answer(list(sys.argv[1:] if argv is None else argv))
-    sys.stdout.write(out)
-    return status
+    return run_tool(answer, argv)
 
 
 def answer(args: list[str]) -> tuple[str, int]:
