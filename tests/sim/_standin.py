@@ -33,8 +33,9 @@ def free_port(span: int = 4) -> int:
     handshake per TP rank), so two ports from ``bind(0)`` could land next to each other and clash.
     Taken below the kernel's ephemeral range, where outgoing connections cannot grab it meanwhile."""
     rng = random.SystemRandom()
+    low, high = _worker_ports()
     for _ in range(500):
-        base = rng.randrange(20000, 32000 - span)
+        base = rng.randrange(low, high - span)
         with contextlib.ExitStack() as stack:
             try:
                 for port in range(base, base + span):
@@ -43,7 +44,17 @@ def free_port(span: int = 4) -> int:
             except OSError:
                 continue
         return base
-    raise RuntimeError("no block of free ports between 20000 and 32000")
+    raise RuntimeError(f"no block of free ports between {low} and {high}")
+
+
+def _worker_ports(low: int = 20000, high: int = 32000) -> tuple[int, int]:
+    """This xdist worker's share of the range: a port checked free here is not also picked by a test
+    on another worker before either binds it (seen: a real engine's KV port taken, EADDRINUSE)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    size = (high - low) // max(count, 1)
+    return low + index * size, low + (index + 1) * size
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
