@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from k3lab import paths
-from k3lab.errors import ChecksFailed
+from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
 from k3lab.model import siminventory
 from k3lab.model.inventory import Inventory
@@ -513,7 +513,11 @@ def _failing_tests(junit: Path) -> dict[str, str]:
 
 def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> dict[str, str]:
     cmd = suite.command(run_dir, "-q", *(extra or []), junit=out)
-    subprocess.run(cmd, capture_output=True, timeout=900)
+    done = subprocess.run(cmd, capture_output=True, timeout=900)
+    if not out.is_file():  # pytest could not even start (no report): say why instead of a traceback
+        tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-3:]
+        raise EnvError(f"the conformance suite did not run against {run_dir} (pytest exit {done.returncode}): "
+                       + " | ".join(tail))
     return _failing_tests(out)
 
 

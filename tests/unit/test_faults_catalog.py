@@ -73,3 +73,20 @@ def test_a_running_fault_whose_failures_lack_its_message_is_flagged():
     assert faults._caught(f, {"t": "AssertionError: specific text here"}) == {"t"}
     assert faults._caught(f, {"t": "AssertionError: something else"}) == {"t", "(no failure says 'specific text')"}
     assert faults._caught(f, {}) == set()
+
+
+def test_a_suite_that_cannot_start_is_an_environment_error_not_a_traceback(tmp_path, monkeypatch):
+    """A conformance run that writes no report (pytest could not start) names the reason."""
+    import subprocess
+
+    import pytest
+
+    from k3lab.errors import EnvError
+    from k3lab.tools import faults
+
+    def fake_run(cmd, capture_output, timeout):
+        return subprocess.CompletedProcess(cmd, 4, b"", b"ImportError while loading conftest\nImportPathMismatchError\n")
+
+    monkeypatch.setattr(faults.subprocess, "run", fake_run)
+    with pytest.raises(EnvError, match="did not run .*pytest exit 4.*ImportPathMismatchError"):
+        faults.conformance(tmp_path, tmp_path / "none.xml")
