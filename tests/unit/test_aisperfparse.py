@@ -2,6 +2,8 @@
 AISBench's result JSON / per-request CSV / console, the helper's prefix-cache summary, and the gates."""
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import re
 import shlex
@@ -226,3 +228,26 @@ def test_baseline_gate_passes_and_fails(run):
 def test_sim_numbers_are_not_comparable():
     assert ap.not_comparable("lab") is None
     assert "not comparable" in (ap.not_comparable("sim") or "")
+
+
+# ----------------------------------------------------------------------------------- check module
+
+
+def test_check_module_imports_and_declares_its_area():
+    mod = importlib.import_module("k3lab.conformance.aisperf")
+    marks = {m.name: m for m in mod.pytestmark}
+    assert "aisbench_perf" in marks and marks["conformance"].kwargs["area"] == "aisbench-perf"
+    assert "MUST" in marks["conformance"].kwargs["must"]
+    assert mod.REPORTED and all(k in ap.parse_run(RESULT, REQUESTS, STDOUT).metrics for k in mod.REPORTED)
+
+
+def test_check_module_keeps_the_key_off_command_lines():
+    """The helper's run gets the key through benchrun.api_key_env() (its environment), never argv."""
+    tree = ast.parse((ROOT / "conformance" / "aisperf.py").read_text())
+    runs = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+            and c.func.attr == "run"]
+    with_env = [c for c in runs if any(k.arg == "env" for k in c.keywords)]
+    assert len(with_env) == 1
+    env = next(k.value for k in with_env[0].keywords if k.arg == "env")
+    assert isinstance(env, ast.Call) and getattr(env.func, "id", None) == "api_key_env"
+    assert not [c for c in runs for a in ast.walk(c) if isinstance(a, ast.Attribute) and a.attr == "get"]
