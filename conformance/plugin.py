@@ -9,8 +9,9 @@ Registered through the ``pytest11`` entry point ``k3lab.conformance.plugin`` (``
   lands in JUnit as ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
 * Evidence from :mod:`k3lab.conformance.evidence` (and a default ``kind`` for plain assertion failures)
   is copied into the test's properties.
-* ``--perf`` / ``--accuracy`` / ``--long-requests`` enable ``conformance/perf.py`` / ``accuracy.py`` /
-  ``longreq.py`` (otherwise collected and skipped, so the report shows they did not run).
+* ``--perf`` / ``--accuracy`` / ``--long-requests`` / ``--aisbench-perf`` enable ``conformance/perf.py`` /
+  ``accuracy.py`` / ``longreq.py`` / ``aisperf.py`` (otherwise collected and skipped, so the report shows
+  they did not run).
 * At session end the controller writes ``RUN_DIR/conformance-results.json``. Results are gathered
   from ``pytest_runtest_logreport`` only, which under xdist fires on the controller with every
   worker's reports, so metadata must travel in ``user_properties`` (the controller never collects).
@@ -31,7 +32,7 @@ from k3lab.conformance import evidence
 HERE = Path(__file__).resolve().parent  # compared with resolved paths: a checkout reaches it through a symlink
 # module file -> (marker, option): opt-in lab modules, collected and skipped unless their option is given
 OPT_IN = {"perf.py": ("perf", "--perf"), "accuracy.py": ("accuracy", "--accuracy"),
-          "longreq.py": ("long_requests", "--long-requests")}
+          "longreq.py": ("long_requests", "--long-requests"), "aisperf.py": ("aisbench_perf", "--aisbench-perf")}
 RESULTS = "conformance-results.json"
 _PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
 
@@ -70,6 +71,12 @@ def pytest_addoption(parser):
                     help="output tokens per long request (default 16)")
     group.addoption("--long-request-concurrency", type=int, default=1, metavar="N",
                     help="long requests sent at once (default 1)")
+    group.addoption("--aisbench-perf", action="store_true", default=False,
+                    help="run conformance/aisperf.py (K3 guide §8.4: AISBench through aisbench_test.py)")
+    group.addoption("--aisbench-tools", default=None, metavar="DIR",
+                    help="checkout of aisbench_auto_tools_prefix (aisbench_test.py) on the load-generator host")
+    group.addoption("--aisbench-perf-baseline", default=None, metavar="FILE",
+                    help="per-workload AISBench perf baseline JSON (default fixtures/baselines/<scenario>-aisbench.json)")
     group.addoption("--bench-node", default=None, metavar="NODE",
                     help="run the load generator inside NODE's container (docker exec) instead of on the kit host")
     group.addoption("--bench-tokenizer", default=None, metavar="PATH",
@@ -90,6 +97,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "perf: performance check, runs only with --perf")
     config.addinivalue_line("markers", "accuracy: accuracy check, runs only with --accuracy")
     config.addinivalue_line("markers", "long_requests: long-request check, runs only with --long-requests")
+    config.addinivalue_line("markers", "aisbench_perf: AISBench performance check, runs only with --aisbench-perf")
     if not hasattr(config, "workerinput"):  # xdist workers report; only the controller writes
         config.pluginmanager.register(_Recorder(config), "k3lab-conformance-recorder")
 
