@@ -90,7 +90,7 @@ def load(run_dir: str | Path) -> Run:
         tests, source = results["tests"], "conformance-results.json"
     elif (run_dir / "junit.xml").is_file():
         try:
-            tests, source = _scrub(_from_junit(run_dir / "junit.xml")), "junit.xml"
+            tests, source = _scrub(read_junit(run_dir / "junit.xml")), "junit.xml"
         except ET.ParseError:
             tests, source = [], "junit.xml (unreadable)"
     else:
@@ -100,22 +100,25 @@ def load(run_dir: str | Path) -> Run:
     return run
 
 
-def _from_junit(path: Path) -> list[dict[str, Any]]:
+def read_junit(path: Path) -> list[dict[str, Any]]:
+    """The kit's one JUnit reader: a row per testcase (the report's fallback when the plugin's results
+    file is missing; the fault matrix's failure texts, ``detail`` being the failure's body)."""
     rows = []
     for case in ET.parse(path).getroot().iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
-        outcome, message = "passed", ""
+        outcome, message, detail = "passed", "", ""
         for tag, out in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
             el = case.find(tag)
             if el is not None:
-                outcome, message = out, el.get("message", "")
+                outcome, message, detail = out, el.get("message", ""), el.text or ""
                 break
         props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
         module = classname.rsplit(".", 1)[-1]
         rows.append({"nodeid": f"{classname.replace('.', '/')}.py::{name}" if classname else name,
                      "area": props.get("conformance.area") or module.removeprefix("test_") or "other",
                      "node": props.get("conformance.node"), "outcome": outcome,
-                     "duration": float(case.get("time", 0) or 0), "properties": props, "message": message})
+                     "duration": float(case.get("time", 0) or 0), "properties": props, "message": message,
+                     "detail": detail})
     return rows
 
 

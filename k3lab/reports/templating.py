@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 from functools import lru_cache
 
-import jinja2
 from markupsafe import Markup
 
 from k3lab.model import apikey
@@ -18,7 +17,9 @@ __all__ = ["Markup", "render_html"]
 
 
 @lru_cache(maxsize=None)
-def _template(source: str) -> jinja2.Template:
+def _template(source: str):
+    import jinja2  # here: the CLI's light commands import the reports but never render HTML
+
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.from_string(source)
 

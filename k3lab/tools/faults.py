@@ -13,7 +13,6 @@ import os
 import subprocess
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -25,6 +24,7 @@ from k3lab.model import siminventory
 from k3lab.model.inventory import Inventory
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
+from k3lab.reports.report import read_junit
 
 
 @dataclass(frozen=True)
@@ -503,12 +503,8 @@ def run_static(fault: Fault) -> set[str]:
 
 def _failing_tests(junit: Path) -> dict[str, str]:
     """Failing (or erroring) test id -> its failure text."""
-    out: dict[str, str] = {}
-    for tc in ET.parse(junit).iter("testcase"):
-        bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
-        if bad is not None:
-            out[(tc.get("name") or "").split("@", 1)[0]] = f"{bad.get('message') or ''}\n{bad.text or ''}"
-    return out
+    return {r["nodeid"].split("::")[-1].split("@", 1)[0]: f"{r['message']}\n{r['detail']}"
+            for r in read_junit(junit) if r["outcome"] in ("failed", "error")}
 
 
 def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> dict[str, str]:
