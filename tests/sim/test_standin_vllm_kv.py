@@ -99,10 +99,12 @@ def test_same_engine_id_conflicts(tmp_path, procs):
 def test_handshake_port_clash_is_zmq_error(tmp_path, procs):
     import socket
     model = model_dir(tmp_path)
+    # The engine's second handshake port (tp_rank 1) is taken. Both ports come from this worker's
+    # block below the ephemeral range: a port next to a bind(0) one could be any connection's (CI flake).
+    kv = free_port()
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
+        holder.bind(("127.0.0.1", kv + 1))
         holder.listen()
-        kv = holder.getsockname()[1] - 1  # the engine's second handshake port (tp_rank 1) is taken
         p = procs(VLLM + _serve(model, free_port(), _kv("kv_producer", kv)), env(tmp_path))
         assert wait_exit(p) == 1
     assert f"zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:{kv + 1}')" in p.err
