@@ -9,9 +9,9 @@ Registered through the ``pytest11`` entry point ``k3lab.conformance.plugin`` (``
   lands in JUnit as ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
 * Evidence from :mod:`k3lab.conformance.evidence` (and a default ``kind`` for plain assertion failures)
   is copied into the test's properties.
-* ``--perf`` / ``--accuracy`` / ``--long-requests`` / ``--aisbench-perf`` enable ``conformance/perf.py`` /
-  ``accuracy.py`` / ``longreq.py`` / ``aisperf.py`` (otherwise collected and skipped, so the report shows
-  they did not run).
+* ``--perf`` / ``--accuracy`` / ``--long-requests`` / ``--aisbench-perf`` / ``--kvv`` enable
+  ``conformance/perf.py`` / ``accuracy.py`` / ``longreq.py`` / ``aisperf.py`` / ``kvv.py`` (otherwise
+  collected and skipped, so the report shows they did not run).
 * At session end the controller writes ``RUN_DIR/conformance-results.json``. Results are gathered
   from ``pytest_runtest_logreport`` only, which under xdist fires on the controller with every
   worker's reports, so metadata must travel in ``user_properties`` (the controller never collects).
@@ -32,7 +32,8 @@ from k3lab.conformance import evidence
 HERE = Path(__file__).resolve().parent  # compared with resolved paths: a checkout reaches it through a symlink
 # module file -> (marker, option): opt-in lab modules, collected and skipped unless their option is given
 OPT_IN = {"perf.py": ("perf", "--perf"), "accuracy.py": ("accuracy", "--accuracy"),
-          "longreq.py": ("long_requests", "--long-requests"), "aisperf.py": ("aisbench_perf", "--aisbench-perf")}
+          "longreq.py": ("long_requests", "--long-requests"), "aisperf.py": ("aisbench_perf", "--aisbench-perf"),
+          "kvv.py": ("kvv", "--kvv")}
 RESULTS = "conformance-results.json"
 _PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
 
@@ -77,6 +78,14 @@ def pytest_addoption(parser):
                     help="checkout of aisbench_auto_tools_prefix (aisbench_test.py) on the load-generator host")
     group.addoption("--aisbench-perf-baseline", default=None, metavar="FILE",
                     help="per-workload AISBench perf baseline JSON (default fixtures/baselines/<scenario>-aisbench.json)")
+    group.addoption("--kvv", action="store_true", default=False,
+                    help="run conformance/kvv.py (K3 guide §7: the Kimi K3 evaluation toolkit's accuracy runs)")
+    group.addoption("--kvv-toolkit", default=None, metavar="DIR",
+                    help="<KIMI_K3_EVALUATION_TOOLKIT>: the toolkit's directory on the load-generator host")
+    group.addoption("--kvv-python", default="python", metavar="PYTHON",
+                    help="interpreter of the toolkit's environment (Python >= 3.12 with inspect_ai; default python)")
+    group.addoption("--kvv-baseline", default=None, metavar="FILE",
+                    help='JSON {task: score} the kvv scores are gated against (e.g. {"ocrbench": 0.89})')
     group.addoption("--bench-node", default=None, metavar="NODE",
                     help="run the load generator inside NODE's container (docker exec) instead of on the kit host")
     group.addoption("--bench-tokenizer", default=None, metavar="PATH",
@@ -98,6 +107,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "accuracy: accuracy check, runs only with --accuracy")
     config.addinivalue_line("markers", "long_requests: long-request check, runs only with --long-requests")
     config.addinivalue_line("markers", "aisbench_perf: AISBench performance check, runs only with --aisbench-perf")
+    config.addinivalue_line("markers", "kvv: K3 evaluation toolkit accuracy check, runs only with --kvv")
     if not hasattr(config, "workerinput"):  # xdist workers report; only the controller writes
         config.pluginmanager.register(_Recorder(config), "k3lab-conformance-recorder")
 

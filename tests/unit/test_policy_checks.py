@@ -15,7 +15,7 @@ from k3lab.conformance.plugin import declared
 from k3lab.model import catalog, policy
 
 CONF = Path(__file__).resolve().parents[2] / "conformance"
-OPT_IN = {"perf", "accuracy", "long-requests", "aisbench-perf"}  # opt-in modules' areas (plugin.OPT_IN): warn by default, a lab policy blocks
+OPT_IN = {"perf", "accuracy", "long-requests", "aisbench-perf", "kvv-accuracy"}  # opt-in modules' areas (plugin.OPT_IN): warn by default, a lab policy blocks
 
 
 def _checks() -> dict[str, tuple[str, str]]:

@@ -309,15 +309,16 @@ def test_plugin_results_feed_the_report(demo):
 
 
 def test_plugin_collects_the_opt_in_modules(pytester):
-    """perf.py / accuracy.py / longreq.py do not match python_files: the plugin collects them, skipped by default."""
+    """perf.py / accuracy.py / longreq.py / aisperf.py / kvv.py do not match python_files: the plugin collects them, skipped by default."""
     result = pytester.runpytest(str(ROOT / "conformance"), "-p", "k3lab.conformance.plugin", *QUIET,
                                 f"--ignore-glob={ROOT / 'conformance' / 'test_*.py'}", "-q", "-rs")
-    result.assert_outcomes(skipped=9)  # every test of the four modules (some parametrized), none run
+    result.assert_outcomes(skipped=13)  # every test of the five modules (some parametrized), none run
     out = result.stdout.str()
     assert "perf.py: perf checks not requested (pass --perf)" in out
     assert "accuracy checks not requested (pass --accuracy)" in out
     assert "longreq.py: long_requests checks not requested (pass --long-requests)" in out
     assert "aisbench_perf checks not requested (pass --aisbench-perf)" in out
+    assert "kvv checks not requested (pass --kvv)" in out
 
 
 def test_evidence_message_kind_and_redaction(monkeypatch):
