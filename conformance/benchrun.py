@@ -55,6 +55,8 @@ class HostRunner:
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             return 124, out + f"\n[k3lab] timed out after {timeout:.0f}s"
+        except OSError as exc:  # no such program or working directory: the caller's check says what is missing
+            return 127, f"[k3lab] cannot run {argv[0]}" + (f" in {cwd}" if cwd else "") + f": {exc}"
         return proc.returncode, proc.stdout
 
     def read(self, path):
