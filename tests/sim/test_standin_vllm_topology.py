@@ -135,3 +135,41 @@ def test_hang_never_ready_and_crash_after_serving(tmp_path, procs):
     set_faults(e, {"engine": {"crash_after_s": 0.3}})
     wait_ready(p, port)
     assert wait_exit(p) == 1 and "EngineCore encountered a fatal error." in p.out
+
+
+def _completion(port: int, tokens: int, **headers: str) -> tuple[int, object]:
+    import http.client
+    import urllib.error
+    try:
+        status, out, _ = request(port, "/v1/completions", {"model": "kimi-k3", "prompt": [7] * tokens, "max_tokens": 1},
+                                 headers=headers, timeout=8)
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as exc:  # the engine died under it
+        return 0, str(exc)
+    return status, out
+
+
+def test_out_of_memory_on_a_long_prompt_kills_the_engine(tmp_path, procs):
+    """``oom_prompt_tokens``: short prompts are served, a longer one ends the engine as torch_npu's OOM does."""
+    model = model_dir(tmp_path)
+    port = free_port()
+    p = procs(VLLM + ["serve", str(model), "--port", str(port), *BASE],
+              env(tmp_path, faults={"engine": {"oom_prompt_tokens": 1000}}))
+    wait_ready(p, port)
+    assert _completion(port, 1000)[0] == 200
+    assert _completion(port, 1001)[0] != 200
+    assert wait_exit(p) == 1
+    assert "EngineCore encountered a fatal error." in p.out
+    assert "RuntimeError: NPU out of memory. Tried to allocate 0.02 GiB (NPU 0; 60.96 GiB total capacity;" in p.out
+
+
+def test_out_of_memory_on_a_headless_rank_fails_the_request(tmp_path, procs):
+    """The rank that OOMs is on a headless worker: the head's request fails instead of waiting, and
+    the group goes down with its rank."""
+    model = model_dir(tmp_path)
+    rpc, port = free_port(), free_port()
+    head = procs(VLLM + _dp(model, 0, rpc, port, size=2), env(tmp_path, "n0"))
+    w1 = procs(VLLM + _dp(model, 1, rpc, port, size=2), env(tmp_path, "n1", faults={"engine": {"oom_prompt_tokens": 10}}))
+    wait_ready(head, port)
+    assert _completion(port, 10, **{"X-data-parallel-rank": "1"})[0] == 200
+    assert _completion(port, 50, **{"X-data-parallel-rank": "1"})[0] != 200
+    assert wait_exit(w1) == 1 and "NPU out of memory" in w1.out

@@ -28,7 +28,8 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
                            "error_code": "80E18005", "error_info": "..."}},
         "unreachable": ["10.88.1.12"],    # device/vnic addresses this node cannot reach
         "engine": {"crash_after_s": 5, "hang": true, "slow_start_s": 30,
-                    "hash_seed": "7", "drop_kv_handshake": true},
+                    "hash_seed": "7", "drop_kv_handshake": true,
+                    "oom_prompt_tokens": 131072},   # a longer prompt kills the engine: NPU out of memory
         "provider": {"dram_size": "512MB", "exit": true},
         "metaservice": {"exit": true}
       }

@@ -16,7 +16,7 @@ from k3sim import hw
 from k3sim.vllm import cache
 from k3sim.vllm.kv import MooncakeSide, PoolClient
 from k3sim.vllm.kvconfig import KVConfig
-from k3sim.vllm.log import Logger
+from k3sim.vllm.log import Logger, fatal_exit
 from k3sim.vllm.output import model
 
 
@@ -24,6 +24,20 @@ def hash_seed() -> str | None:
     """PYTHONHASHSEED as the engine sees it; the ``hash_seed`` fault simulates a different one."""
     fault = hw.faults("engine").get("hash_seed")
     return str(fault) if fault is not None else os.environ.get("PYTHONHASHSEED")
+
+
+def out_of_memory_on(prompt_tokens: int, log: Logger) -> None:
+    """The ``oom_prompt_tokens`` fault: a prompt longer than that exhausts HBM in the forward pass, and
+    the engine dies the way torch_npu reports it (the message format of vllm-ascend issue #19)."""
+    limit = hw.faults("engine").get("oom_prompt_tokens")
+    if limit is None or prompt_tokens <= int(limit):
+        return
+    need = max(0.02, prompt_tokens / 2**19)  # GiB: illustrative, it grows with the prompt
+    fatal_exit(log, ["EngineCore encountered a fatal error.",
+                     f"RuntimeError: NPU out of memory. Tried to allocate {need:.2f} GiB (NPU 0; 60.96 GiB total "
+                     "capacity; 58.92 GiB already allocated; 58.92 GiB current active; 1.66 GiB free; 58.95 GiB "
+                     "reserved in total by PyTorch) If reserved memory is >> allocated memory try setting "
+                     "max_split_size_mb to avoid fragmentation."])
 
 
 def wait_while_hung(stop: threading.Event | None = None) -> None:
@@ -54,6 +68,7 @@ class Engine:
         rid = req["request_id"]
         ids: list[int] = req["prompt_token_ids"]
         n = len(ids)
+        out_of_memory_on(n, self.log)
         bs = self.block_size
         hashes = cache.block_hashes(ids, bs, self.seed, [tuple(m) for m in req.get("mm", [])])
         limit = cache.max_hit_blocks(n, bs)

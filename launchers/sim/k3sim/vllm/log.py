@@ -79,3 +79,12 @@ api = Logger("APIServer")
 
 def engine_logger(dp_rank: int) -> Logger:
     return Logger(f"EngineCore_DP{dp_rank}")
+
+
+def fatal_exit(log: Logger, lines: list[str], code: int = 1) -> None:
+    """EngineCore's last words, then the process ends at once (as a dead engine takes its server down)."""
+    for line in lines:
+        log.error("core.py:719", "%s", line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

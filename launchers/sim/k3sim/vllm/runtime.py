@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import threading
 import time
 from typing import Any
@@ -14,16 +13,8 @@ from k3sim.vllm.config import ServeConfig
 from k3sim.vllm.engine import Engine, wait_while_hung
 from k3sim.vllm.errors import RequestError
 from k3sim.vllm.kv import MooncakeSide, PoolClient
-from k3sim.vllm.log import Logger, engine_logger
+from k3sim.vllm.log import Logger, engine_logger, fatal_exit
 from k3sim.vllm.topology import GroupClient, GroupServer, ready_timeout
-
-
-def fatal_exit(log: Logger, lines: list[str], code: int = 1) -> None:
-    for line in lines:
-        log.error("core.py:719", "%s", line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 class Runtime:
