@@ -40,6 +40,7 @@ class Fault:
     # live, running: commands that undo the fault, so the next fault shares the bring-up
     revert: list[tuple[str, list[str]]] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # live, at start: the kit's environment for up and the suite
+    suite_args: tuple[str, ...] = ()  # live: extra pytest options for this row's suite (an opt-in module)
 
     @property
     def kind(self) -> str:
@@ -247,6 +248,9 @@ def m_wrong_nic():
 
 
 S = frozenset
+# The healthy baselines also run the opt-in checks the simulator can answer, so they show those pass too.
+BASELINE_ARGS = ("--long-requests",)
+SIM_OPT_IN = ("longreq.py",)
 STATIC = [
     Fault("S-DP-RANK-DUP", "F4 duplicate DP rank", "k3_a3_mixed", S({"PF-DP-RANKS"}), m_dp_ranks),
     Fault("S-PP-RANK-DUP", "F4 duplicate PP node rank", "a3_pd", S({"PF-PP-RANKS"}), m_pp_ranks),
@@ -399,6 +403,14 @@ LIVE = [
              *{f"test_{t}[d{i}:8000]" for t in ("health", "models_lists_served_name_and_limit", "max_model_len_enforced")
                for i in range(4)}, *{f"test_planned_ports_listen[d{i}]" for i in range(4)}}),
           running=[("d3", ["k3sim-fault", "set", "engine.crash_after_s", "0"])]),
+    # K3.1 §5.2.2's long requests (opt-in --long-requests, the only opt-in module the simulator runs): every
+    # Prefill runs out of device memory on prompts past 128K, so the guide's short requests all pass and
+    # only a prompt near max_model_len fails. Its engine dies (torch_npu's OOM), so the row runs the
+    # long-request check alone, and the next fault gets a fresh deployment.
+    Fault("L-LONG-OOM", "Prefill engines run out of HBM on a prompt near max_model_len (K3.1 §5.2.2)", "a3_pd_1m",
+          S({"test_long_requests_complete_through_the_entrypoint"}),
+          running=[(f"p{i}", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"]) for i in range(4)],
+          suite_args=("--long-requests", "-m", "long_requests"), message="request 0: HTTP 500"),
     # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
     # reverted in place so the rows share one bring-up.
     Fault("L-TOOL-FORCED", "the model calls the first tool whatever it is asked (served by d0)", "a3_pd_1m",
@@ -606,7 +618,8 @@ def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
             except RuntimeError as exc:
                 add(_row(f, {f"injection failed: {exc}"}))
             else:
-                add(_row(f, _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))))
+                add(_row(f, _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml",
+                                                   list(f.suite_args)))))
             if f.revert and _revert(run, f):
                 continue  # undone in place: the next fault of this scenario shares the deployment
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
@@ -632,7 +645,7 @@ def _fresh_run(f: Fault, running: dict, baselined: set[str], add: Callable[[dict
         return None
     if f.scenario not in baselined:
         baselined.add(f.scenario)
-        base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml")
+        base = conformance(run.dir, Path(tempfile.mkdtemp()) / "baseline.xml", list(BASELINE_ARGS))
         add(_row(Fault(f"BASELINE-{f.scenario}", "healthy baseline", f.scenario, S()), set(base)))
     return run
 
@@ -653,7 +666,7 @@ def _start_fault(f: Fault) -> set[str]:
         stage = exc.stage if isinstance(exc, lifecycle.GateFailed) else str(exc).split(":", 1)[0].removeprefix("stage ")
         return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
     try:
-        return _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml"))
+        return _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml", list(f.suite_args)))
     finally:
         lifecycle.down(run)
 
@@ -725,7 +738,8 @@ def _caught_as_intended(rows: list[dict], check: str) -> list[dict]:
 
 
 def live_checks() -> list[str]:
-    """Every conformance check (test functions marked ``@pytest.mark.conformance``), in file order."""
+    """Every conformance check (test functions marked ``@pytest.mark.conformance``), in file order, then
+    the opt-in checks the simulator runs (their module's ``pytestmark`` carries the metadata)."""
     import ast
 
     out = []
@@ -734,6 +748,9 @@ def live_checks() -> list[str]:
             if isinstance(fn, ast.FunctionDef) and any(
                     isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "conformance" for d in fn.decorator_list):
                 out.append(fn.name)
+    for name in SIM_OPT_IN:
+        out += [fn.name for fn in ast.parse((paths.CONFORMANCE / name).read_text()).body
+                if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")]
     return out
 
 
