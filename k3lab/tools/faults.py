@@ -411,6 +411,12 @@ LIVE = [
           S({"test_long_requests_complete_through_the_entrypoint"}),
           running=[(f"p{i}", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"]) for i in range(4)],
           suite_args=("--long-requests", "-m", "long_requests"), message="request 0: HTTP 500"),
+    # Off-sample: only Decode d3 runs out, seen when the requests spread over every Decode (4 at once)
+    Fault("L-LONG-OOM-OFF", "Decode d3 runs out of HBM on a prompt near max_model_len (another node)", "a3_pd_1m",
+          S({"test_long_requests_complete_through_the_entrypoint"}),
+          running=[("d3", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"])],
+          suite_args=("--long-requests", "--long-request-concurrency", "4", "-m", "long_requests"),
+          message="HTTP 502: Decode backend request to /completions failed"),
     # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
     # reverted in place so the rows share one bring-up.
     Fault("L-TOOL-FORCED", "the model calls the first tool whatever it is asked (served by d0)", "a3_pd_1m",
