@@ -31,11 +31,17 @@ PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_pro
 def free_port(span: int = 4) -> int:
     """A free port whose next ``span - 1`` neighbours are free too: engines bind port + rank (KV
     handshake per TP rank), so two ports from ``bind(0)`` could land next to each other and clash.
-    Taken below the kernel's ephemeral range, where outgoing connections cannot grab it meanwhile."""
-    rng = random.SystemRandom()
+    Taken below the kernel's ephemeral range, where outgoing connections cannot grab it meanwhile.
+    Blocks are handed out in order through this worker's range, so a block never overlaps one given
+    earlier that is not bound yet (seen: a Decode's KV port drawn onto the next Decode's API port,
+    whose /metrics then hit a ZMQ socket)."""
+    global _cursor
     low, high = _worker_ports()
-    for _ in range(500):
-        base = rng.randrange(low, high - span)
+    if _cursor is None or not low <= _cursor < high:
+        _cursor = random.SystemRandom().randrange(low, high - span)  # runs in a row start apart
+    for _ in range((high - low) // span):
+        base = _cursor if _cursor + span <= high else low
+        _cursor = base + span
         with contextlib.ExitStack() as stack:
             try:
                 for port in range(base, base + span):
@@ -45,6 +51,9 @@ def free_port(span: int = 4) -> int:
                 continue
         return base
     raise RuntimeError(f"no block of free ports between {low} and {high}")
+
+
+_cursor: int | None = None
 
 
 def _worker_ports(low: int = 20000, high: int = 32000) -> tuple[int, int]:
