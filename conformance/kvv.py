@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from k3lab.conformance import kvvparse
-from k3lab.conformance.benchrun import Runner, api_key_env, runner_for
+from k3lab.conformance.benchrun import HostRunner, Runner, api_key_env, runner_for
 from k3lab.conformance.evidence import check, fail
 from k3lab.model.apikey import redact
 
@@ -75,8 +75,12 @@ def toolkit(plan, state, run_dir, pytestconfig) -> Toolkit:
              kind="environment")
     evidence = run_dir / "evidence" / "bench"
     evidence.mkdir(parents=True, exist_ok=True)
-    kit = Toolkit(runner_for(pytestconfig, plan, state, run_dir), pytestconfig.getoption("--kvv-python"),
-                  directory, evidence, f"{plan.expect.entrypoint}/v1")
+    runner = runner_for(pytestconfig, plan, state, run_dir)
+    python = pytestconfig.getoption("--kvv-python")
+    if isinstance(runner, HostRunner):  # the scripts run in the toolkit directory: relative paths would move
+        directory = str(Path(directory).absolute())
+        python = str(Path(python).absolute()) if "/" in python else python
+    kit = Toolkit(runner, python, directory, evidence, f"{plan.expect.entrypoint}/v1")
     code, out = kit.run("preflight", [kit.python, "-c", PREFLIGHT, kvvparse.VERIFY_SCRIPT, kvvparse.EVAL_SCRIPT], 120)
     check(code == 0, "K3 evaluation toolkit", f"{kvvparse.VERIFY_SCRIPT} and {kvvparse.EVAL_SCRIPT} in {directory}, "
           "importable inspect_ai", out.strip()[-300:] or f"exit {code}", kit.runner.where,
