@@ -6,19 +6,61 @@ On lab runs the kit host needs the tool (``vllm`` for perf, ``ais_bench`` for ac
 has vllm and the checkpoint is mounted; the K3 guide (§8.1) puts AISBench on the master node too.
 Either way proxy variables are dropped (the guides unset them) and the API key travels in the
 environment, never on the command line that is saved as evidence.
+
+Benchmarks run for hours and their tools retry network errors with backoff, so a service that died
+mid-run would hold them until their timeout. On the kit host a :class:`ServiceWatch` stops such a
+run once an API has failed ``/health`` for a grace period (``--bench-down-grace``); in a container
+the run is bounded by its timeout only.
 """
 from __future__ import annotations
 
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
+
+import requests
 
 from k3lab.launchers.backends import tar_of
 from k3lab.launchers.endpoints import HOST_PROXY_VARS
 from k3lab.model import apikey
+
+Watch = Callable[[], "str | None"]  # polled during a run: why it must stop now, or None
+STOPPED = 125  # exit status of a run the watch stopped (124 stays "timed out", as coreutils timeout)
+
+
+class ServiceWatch:
+    """Polled while a benchmark runs: the reason to stop once any API has failed ``/health`` for
+    ``grace_s`` seconds in a row (a restart within the grace is ridden out, as the tools retry)."""
+
+    def __init__(self, urls: list[str], get: Callable[[str], int], grace_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.urls, self.get, self.grace_s, self.clock = urls, get, grace_s, clock
+        self.down_since: dict[str, float] = {}
+
+    @property
+    def every_s(self) -> float:
+        return max(1.0, min(30.0, self.grace_s / 5))
+
+    def __call__(self) -> str | None:
+        now = self.clock()
+        for url in self.urls:
+            try:
+                ok = self.get(f"{url}/health") == 200
+            except requests.RequestException:
+                ok = False
+            if ok:
+                self.down_since.pop(url, None)
+                continue
+            since = self.down_since.setdefault(url, now)
+            if now - since >= self.grace_s:
+                return f"stopped: the service stopped answering, {url}/health failing for {now - since:.0f} s"
+        return None
 
 
 class Runner(Protocol):
@@ -26,7 +68,7 @@ class Runner(Protocol):
 
     def which(self, program: str) -> bool: ...
     def run(self, argv: list[str], timeout: float, env: dict[str, str] | None = None,
-            cwd: str | None = None) -> tuple[int, str]: ...
+            cwd: str | None = None, watch: Watch | None = None) -> tuple[int, str]: ...
     def read(self, path: str) -> str: ...
     def write(self, path: str, text: str) -> None: ...
     def workdir(self, name: str) -> str: ...
@@ -47,17 +89,20 @@ class HostRunner:
     def which(self, program: str) -> bool:
         return shutil.which(program) is not None
 
-    def run(self, argv, timeout, env=None, cwd=None):
+    def run(self, argv, timeout, env=None, cwd=None, watch=None):
         full = {k: v for k, v in os.environ.items() if k not in HOST_PROXY_VARS} | (env or {})
-        try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=timeout, env=full, cwd=cwd)
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return 124, out + f"\n[k3lab] timed out after {timeout:.0f}s"
-        except OSError as exc:  # no such program or working directory: the caller's check says what is missing
-            return 127, f"[k3lab] cannot run {argv[0]}" + (f" in {cwd}" if cwd else "") + f": {exc}"
-        return proc.returncode, proc.stdout
+        with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: hours of output never block the tool
+            try:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=full, cwd=cwd,
+                                        start_new_session=True)  # its own group: a stop reaches its children
+            except OSError as exc:  # no such program or working directory: the caller's check says what is missing
+                return 127, f"[k3lab] cannot run {argv[0]}" + (f" in {cwd}" if cwd else "") + f": {exc}"
+            stop = _supervise(proc, timeout, watch)
+            log.seek(0)
+            out = log.read()
+        if stop is None:
+            return proc.returncode, out
+        return (124 if stop.startswith("timed out") else STOPPED), out + f"\n[k3lab] {stop}"
 
     def read(self, path):
         return Path(path).read_text()
@@ -76,6 +121,36 @@ class HostRunner:
         return str(files[-1]) if files else None
 
 
+def _supervise(proc: subprocess.Popen, timeout: float, watch: Watch | None) -> str | None:
+    """Wait for ``proc``; on the timeout or a watch's reason, stop its process group and say why."""
+    deadline = time.monotonic() + timeout
+    every = getattr(watch, "every_s", 30.0)
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(every, left)))
+            return None
+        except subprocess.TimeoutExpired:
+            reason = f"timed out after {timeout:.0f}s" if left <= every else (watch() if watch else None)
+        if reason:
+            _stop(proc)
+            return reason
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
 class NodeRunner:
     def __init__(self, container, node: str):
         self.container = container
@@ -88,7 +163,7 @@ class NodeRunner:
     def which(self, program):
         return self._exec(["sh", "-c", 'command -v "$1"', "sh", program])[0] == 0
 
-    def run(self, argv, timeout, env=None, cwd=None):
+    def run(self, argv, timeout, env=None, cwd=None, watch=None):
         unset = [a for v in HOST_PROXY_VARS for a in ("-u", v)]
         # exec_run has no timeout; coreutils timeout gives the same exit status 124 as HostRunner
         return self._exec(["env", *unset, "timeout", str(int(timeout)), *argv], env, cwd)

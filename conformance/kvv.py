@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from k3lab.conformance import kvvparse
-from k3lab.conformance.benchrun import HostRunner, Runner, api_key_env, runner_for
+from k3lab.conformance.benchrun import STOPPED, HostRunner, Runner, ServiceWatch, api_key_env, runner_for
 from k3lab.conformance.evidence import check, fail
 from k3lab.model.apikey import redact
 
@@ -56,11 +56,12 @@ class Toolkit:
         env = {**keys, "KIMI_API_KEY": keys.get("K3LAB_API_KEY", "EMPTY"), "KIMI_BASE_URL": self.base_url}
         return env | ({"INSPECT_LOG_DIR": log_dir} if log_dir else {})
 
-    def run(self, name: str, argv: list[str], timeout: float, log_dir: str | None = None) -> tuple[int, str]:
+    def run(self, name: str, argv: list[str], timeout: float, log_dir: str | None = None,
+            watch: ServiceWatch | None = None) -> tuple[int, str]:
         """Run in the toolkit directory; the command and its output are saved as evidence."""
         (self.evidence / f"kvv-{name}-argv.txt").write_text(f"# on {self.runner.where}, in {self.directory}\n"
                                                             f"{shlex.join(argv)}\n")
-        code, out = self.runner.run(argv, timeout, env=self.env(log_dir), cwd=self.directory)
+        code, out = self.runner.run(argv, timeout, env=self.env(log_dir), cwd=self.directory, watch=watch)
         (self.evidence / f"kvv-{name}-stdout.log").write_text(redact(out))
         return code, out
 
@@ -129,7 +130,7 @@ def _read_log(toolkit: Toolkit, log_dir: str, name: str) -> kvvparse.InspectRun:
 
 
 @pytest.mark.parametrize("name", list(kvvparse.TASKS))
-def test_toolkit_benchmark_completes(name, toolkit, verified, plan, pytestconfig, record_property):
+def test_toolkit_benchmark_completes(name, toolkit, verified, plan, pytestconfig, record_property, http):
     task = kvvparse.TASKS[name]
     if task.multimodal and plan.expect.language_model_only:
         pytest.skip("multimodal dataset on a language-model-only deployment")
@@ -137,8 +138,15 @@ def test_toolkit_benchmark_completes(name, toolkit, verified, plan, pytestconfig
         # §7.5: only ToolCall needs more; a literal message, so the policy's not-applicable reason can match it
         pytest.skip("ToolCall/KVVV runs on the §7.5 restart (--max-model-len 286720, scenario k3_a3_mixed_toolcall)")
     log_dir = toolkit.runner.workdir(f"kvv-{name}")
+    # Inspect retries network errors with backoff: a service that died would hold the run for hours
+    watch = ServiceWatch([a.url for a in plan.expect.apis], lambda url: http.get(url, timeout=5).status_code,
+                         pytestconfig.getoption("--bench-down-grace"))
     code, out = toolkit.run(name, kvvparse.eval_argv(toolkit.python, name, plan.expect.served_name),
-                            TIMEOUT_S[name], log_dir)
+                            TIMEOUT_S[name], log_dir, watch)
+    check(code != STOPPED, f"{task.title} evaluation ({name})", "the service answering /health throughout the run",
+          (out.strip().splitlines() or ["no output"])[-1], toolkit.base_url, "an engine or the proxy went down during the evaluation",
+          f"read the engines' logs in evidence/ and evidence/bench/kvv-{name}-stdout.log; bring the service back "
+          f"and resume with 'inspect eval-retry <log in {log_dir}>' (K3 guide §7.6)")
     run = _read_log(toolkit, log_dir, name)
     if run.headline:
         record_property(f"kvv.{name}.score", f"{run.headline[0]}={run.headline[1]:g}")

@@ -86,6 +86,8 @@ def pytest_addoption(parser):
                     help="interpreter of the toolkit's environment (Python >= 3.12 with inspect_ai; default python)")
     group.addoption("--kvv-baseline", default=None, metavar="FILE",
                     help='JSON {task: score} the kvv scores are gated against (e.g. {"ocrbench": 0.89})')
+    group.addoption("--bench-down-grace", type=float, default=300.0, metavar="SECONDS",
+                    help="stop a benchmark run on the kit host once an API has failed /health this long (default 300)")
     group.addoption("--bench-node", default=None, metavar="NODE",
                     help="run the load generator inside NODE's container (docker exec) instead of on the kit host")
     group.addoption("--bench-tokenizer", default=None, metavar="PATH",

@@ -46,6 +46,10 @@ FAKE_PYTHON = textwrap.dedent('''\
         sys.exit(code)
     task = args[1]
     case = control.get("eval", {{}}).get(task, "success")
+    if case == "hang":  # Inspect retrying a dead service with backoff
+        print("retrying", flush=True)
+        import time
+        time.sleep(120)
     if case != "no-log":
         Path(os.environ["INSPECT_LOG_DIR"], f"2026-12-04T00-00-00_{{task}}_x.eval").write_text(case)
     sys.stdout.write((bench / "kvv-eval-console.txt").read_text())
@@ -68,6 +72,9 @@ def kvv(pytester, tmp_path):
         run_dir = tmp_path / f"run-{scenario}"
         run_dir.mkdir(exist_ok=True)
         plan = render.build(scenario, siminventory.default(scenario)).plan
+        if control.pop("apis_down", False):  # every API's /health refused: nothing listens there
+            for api in plan.expect.apis:
+                api.url = f"http://127.0.0.1:{_closed_port()}"
         (run_dir / "plan.json").write_text(plan.model_dump_json())
         (run_dir / "run-state.json").write_text("{}")
         (toolkit / "control.json").write_text(json.dumps({"verify": list(verify), **control}))
@@ -151,6 +158,26 @@ def test_baseline_gate(kvv, tmp_path):
     result.assert_outcomes(passed=2, failed=1, skipped=1)
     out = result.stdout.str()
     assert "mmmu score (ocrbench_scorer/accuracy)" in out and "within 0.95 +/- 1 points" in out
+
+
+def _closed_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_run_whose_service_died_is_stopped_and_named(kvv):
+    """Inspect would retry for hours: the watch stops the run once the APIs fail /health for the grace."""
+    import time
+    t = time.monotonic()
+    result, _, _ = kvv("k3_a3_mixed", "--bench-down-grace", "1", "-k", "ocrbench", apis_down=True,
+                       eval={"ocrbench": "hang"})
+    result.assert_outcomes(passed=0, failed=1)
+    out = result.stdout.str()
+    assert "OCRBench evaluation (ocrbench): expected the service answering /health throughout the run, got " \
+           "[k3lab] stopped: the service stopped answering, http://127.0.0.1:" in out
+    assert "inspect eval-retry" in out and time.monotonic() - t < 60
 
 
 def test_missing_toolkit_is_an_environment_failure(pytester, tmp_path):
