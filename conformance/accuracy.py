@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from k3lab.conformance import benchparse
-from k3lab.conformance.benchrun import api_key_env, runner_for
+from k3lab.conformance.benchrun import api_key_env, require_service_up, runner_for, watched
 from k3lab.conformance.evidence import check
 from k3lab.model.apikey import redact
 
@@ -38,7 +38,7 @@ def _tasks(config) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("dataset", sorted(benchparse.AISBENCH_TASKS))
-def test_accuracy_matches_guide(dataset, plan, state, run_dir, pytestconfig, record_property):
+def test_accuracy_matches_guide(dataset, plan, state, run_dir, pytestconfig, record_property, http):
     figure = benchparse.guide_accuracy(plan.expect.served_name, plan.platform, dataset)
     if figure is None:
         pytest.skip(f"the guides give no {dataset} figure for {plan.expect.served_name} on {plan.platform}")
@@ -61,8 +61,10 @@ def test_accuracy_matches_guide(dataset, plan, state, run_dir, pytestconfig, rec
     evidence = run_dir / "evidence" / "bench"
     evidence.mkdir(parents=True, exist_ok=True)
     (evidence / f"accuracy-{dataset}-argv.txt").write_text(f"# on {runner.where}\n{shlex.join(argv)}\n")
-    code, out = runner.run(argv, TIMEOUT_S, env=api_key_env(), cwd=runner.workdir(f"accuracy-{dataset}"))
+    code, out = runner.run(argv, TIMEOUT_S, env=api_key_env(), cwd=runner.workdir(f"accuracy-{dataset}"),
+                           watch=watched(plan, http, pytestconfig))
     (evidence / f"accuracy-{dataset}-stdout.log").write_text(redact(out))
+    require_service_up(code, out, f"AISBench {task} run", runner.where, f"accuracy-{dataset}-stdout.log")
     errors = benchparse.aisbench_errors(out)
     check(code == 0 and not errors, f"AISBench {task} run", "exit 0 and no ERROR lines",
           f"exit {code}; " + (" | ".join(errors[:3]) or "no ERROR lines"), runner.where,

@@ -37,7 +37,7 @@ import pytest
 from k3lab import paths
 from k3lab.conformance import aisperfparse as ap
 from k3lab.conformance import benchparse
-from k3lab.conformance.benchrun import Runner, api_key_env, runner_for
+from k3lab.conformance.benchrun import Runner, api_key_env, require_service_up, runner_for, watched
 from k3lab.conformance.evidence import check, fail
 from k3lab.model import apikey
 from k3lab.model.apikey import redact
@@ -125,7 +125,7 @@ def _read_optional(runner: Runner, path: str) -> str | None:
 
 
 @pytest.fixture(scope="module", params=sorted(ap.WORKLOADS))
-def aisperf(request, plan, run_dir, pytestconfig, helper) -> tuple[ap.Workload, ap.PerfRun]:
+def aisperf(request, plan, run_dir, pytestconfig, helper, http) -> tuple[ap.Workload, ap.PerfRun]:
     """Run one workload once for the module; returns it and what AISBench measured."""
     w = ap.WORKLOADS[request.param]
     runner, where = helper.runner, helper.runner.where
@@ -149,10 +149,11 @@ def aisperf(request, plan, run_dir, pytestconfig, helper) -> tuple[ap.Workload, 
     (evidence / f"{stem}-argv.txt").write_text(f"# on {where}, in {workdir} ({ap.GUIDE})\n{shlex.join(argv)}\n")
     (evidence / f"{stem}-config.py").write_text(config)
     try:
-        code, out = runner.run(argv, TIMEOUT_S, env=api_key_env(), cwd=workdir)
+        code, out = runner.run(argv, TIMEOUT_S, env=api_key_env(), cwd=workdir, watch=watched(plan, http, pytestconfig))
     finally:
         _scrub_api_config(runner, workdir)
     (evidence / f"{stem}-stdout.log").write_text(redact(out))
+    require_service_up(code, out, f"{ap.HELPER} {w.name}", where, f"{stem}-stdout.log")
     errors = benchparse.aisbench_errors(out)
     check(code == 0 and not errors, f"{ap.HELPER} {w.name}", "exit 0 and no ERROR lines",
           f"exit {code}; " + (" | ".join(errors[:3]) or "no ERROR lines"), where,

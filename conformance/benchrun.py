@@ -26,6 +26,7 @@ from typing import Callable, Protocol
 
 import requests
 
+from k3lab.conformance.evidence import check
 from k3lab.launchers.backends import tar_of
 from k3lab.launchers.endpoints import HOST_PROXY_VARS
 from k3lab.model import apikey
@@ -61,6 +62,20 @@ class ServiceWatch:
             if now - since >= self.grace_s:
                 return f"stopped: the service stopped answering, {url}/health failing for {now - since:.0f} s"
         return None
+
+
+def watched(plan, http, config) -> ServiceWatch:
+    """The watch of a run against ``plan``'s APIs, through the suite's session (the API key included)."""
+    return ServiceWatch([a.url for a in plan.expect.apis], lambda url: http.get(url, timeout=5).status_code,
+                        config.getoption("--bench-down-grace"))
+
+
+def require_service_up(code: int, out: str, what: str, where: str, log: str, then: str = "run it again") -> None:
+    """A run the watch stopped fails here, naming the API that went down, before its output is judged."""
+    __tracebackhide__ = True
+    check(code != STOPPED, what, "the service answering /health throughout the run",
+          (out.strip().splitlines() or ["no output"])[-1], where, "an engine or the proxy went down during the run",
+          f"read the engines' logs in evidence/ and evidence/bench/{log}; bring the service back and {then}")
 
 
 class Runner(Protocol):

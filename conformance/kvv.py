@@ -26,7 +26,15 @@ from pathlib import Path
 import pytest
 
 from k3lab.conformance import kvvparse
-from k3lab.conformance.benchrun import STOPPED, HostRunner, Runner, ServiceWatch, api_key_env, runner_for
+from k3lab.conformance.benchrun import (
+    HostRunner,
+    Runner,
+    ServiceWatch,
+    api_key_env,
+    require_service_up,
+    runner_for,
+    watched,
+)
 from k3lab.conformance.evidence import check, fail
 from k3lab.model.apikey import redact
 
@@ -139,14 +147,10 @@ def test_toolkit_benchmark_completes(name, toolkit, verified, plan, pytestconfig
         pytest.skip("ToolCall/KVVV runs on the §7.5 restart (--max-model-len 286720, scenario k3_a3_mixed_toolcall)")
     log_dir = toolkit.runner.workdir(f"kvv-{name}")
     # Inspect retries network errors with backoff: a service that died would hold the run for hours
-    watch = ServiceWatch([a.url for a in plan.expect.apis], lambda url: http.get(url, timeout=5).status_code,
-                         pytestconfig.getoption("--bench-down-grace"))
     code, out = toolkit.run(name, kvvparse.eval_argv(toolkit.python, name, plan.expect.served_name),
-                            TIMEOUT_S[name], log_dir, watch)
-    check(code != STOPPED, f"{task.title} evaluation ({name})", "the service answering /health throughout the run",
-          (out.strip().splitlines() or ["no output"])[-1], toolkit.base_url, "an engine or the proxy went down during the evaluation",
-          f"read the engines' logs in evidence/ and evidence/bench/kvv-{name}-stdout.log; bring the service back "
-          f"and resume with 'inspect eval-retry <log in {log_dir}>' (K3 guide §7.6)")
+                            TIMEOUT_S[name], log_dir, watched(plan, http, pytestconfig))
+    require_service_up(code, out, f"{task.title} evaluation ({name})", toolkit.base_url, f"kvv-{name}-stdout.log",
+                       f"resume with 'inspect eval-retry <log in {log_dir}>' (K3 guide §7.6)")
     run = _read_log(toolkit, log_dir, name)
     if run.headline:
         record_property(f"kvv.{name}.score", f"{run.headline[0]}={run.headline[1]:g}")

@@ -21,7 +21,7 @@ import pytest
 
 from k3lab import paths
 from k3lab.conformance import benchparse
-from k3lab.conformance.benchrun import api_key_env, runner_for
+from k3lab.conformance.benchrun import api_key_env, require_service_up, runner_for, watched
 from k3lab.conformance.evidence import check, fail
 from k3lab.model.apikey import redact
 
@@ -55,7 +55,7 @@ def _tokenizer_mode(plan) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def bench(plan, state, run_dir, pytestconfig, baseline) -> tuple[dict, dict]:
+def bench(plan, state, run_dir, pytestconfig, baseline, http) -> tuple[dict, dict]:
     """Run the benchmark once for the module; returns (result JSON, workload)."""
     runner = runner_for(pytestconfig, plan, state, run_dir)
     check(runner.which("vllm"), "vllm on the load-generator host", "vllm on PATH", "not found", runner.where,
@@ -70,8 +70,9 @@ def bench(plan, state, run_dir, pytestconfig, baseline) -> tuple[dict, dict]:
     evidence.mkdir(parents=True, exist_ok=True)
     # the guide: "save the commands used"
     (evidence / "perf-argv.txt").write_text(f"# on {runner.where}\n{shlex.join(argv)}\n")
-    code, out = runner.run(argv, TIMEOUT_S, env=api_key_env())
+    code, out = runner.run(argv, TIMEOUT_S, env=api_key_env(), watch=watched(plan, http, pytestconfig))
     (evidence / "perf-stdout.log").write_text(redact(out))
+    require_service_up(code, out, "vllm bench serve", runner.where, "perf-stdout.log")
     tail = " | ".join(out.strip().splitlines()[-3:])
     check(code == 0, "vllm bench serve exit status", 0, f"{code}: {tail}", runner.where,
           "the benchmark could not start, reach the entrypoint, or load the tokenizer",
