@@ -137,19 +137,24 @@ class HostRunner:
 
 
 def _supervise(proc: subprocess.Popen, timeout: float, watch: Watch | None) -> str | None:
-    """Wait for ``proc``; on the timeout or a watch's reason, stop its process group and say why."""
+    """Wait for ``proc``; on the timeout or a watch's reason, stop its process group and say why.
+    Its own session keeps a terminal's Ctrl-C from it, so an interrupt here stops it too."""
     deadline = time.monotonic() + timeout
     every = getattr(watch, "every_s", 30.0)
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            proc.wait(timeout=max(0.0, min(every, left)))
-            return None
-        except subprocess.TimeoutExpired:
-            reason = f"timed out after {timeout:.0f}s" if left <= every else (watch() if watch else None)
-        if reason:
-            _stop(proc)
-            return reason
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                proc.wait(timeout=max(0.0, min(every, left)))
+                return None
+            except subprocess.TimeoutExpired:
+                reason = f"timed out after {timeout:.0f}s" if left <= every else (watch() if watch else None)
+            if reason:
+                _stop(proc)
+                return reason
+    except BaseException:
+        _stop(proc)
+        raise
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -2,9 +2,11 @@
 watch that stops a run whose service died (benchmark tools retry network errors for hours)."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
+import pytest
 import requests
 
 from k3lab.conformance.benchrun import STOPPED, HostRunner, ServiceWatch
@@ -54,6 +56,24 @@ def test_watch_stops_a_run_whose_service_died(tmp_path):
     assert code == STOPPED and out.startswith("evaluating")
     assert out.endswith("[k3lab] stopped: the service stopped answering")
     assert len(calls) == 2 and time.monotonic() - t < 15
+
+
+def test_interrupt_stops_the_run(tmp_path):
+    """Ctrl-C reaches the kit, not the run (its own session): the run must not outlive the interrupt."""
+    pid_file = tmp_path / "pid"
+
+    def watch():
+        if pid_file.is_file():  # the run has started: interrupt now
+            raise KeyboardInterrupt
+
+    watch.every_s = 0.2  # type: ignore[attr-defined]
+    script = (f"import os, time; open({str(pid_file) + '.tmp'!r}, 'w').write(str(os.getpid())); "
+              f"os.rename({str(pid_file) + '.tmp'!r}, {str(pid_file)!r}); time.sleep(60)")
+    with pytest.raises(KeyboardInterrupt):
+        HostRunner(tmp_path).run([PY, "-c", script], 600, watch=watch)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 class Clock:
