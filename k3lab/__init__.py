@@ -5,8 +5,9 @@ Layers import one way only (``tests/unit/test_import_graph.py`` enforces it), bo
 ``errors`` → ``model`` → ``render`` → ``preflight`` → ``launchers`` → ``conformance`` → ``reports``
 → ``tools`` → ``cli``.
 
-``k3lab.launchers`` and ``k3lab.conformance`` are the design card's top-level ``launchers/`` and
-``conformance/`` folders (symlinked into the package in a checkout, copied into the wheel).
+Every module of the kit lives here, under one path and one name. The design card's top-level folders
+hold what is not imported: the live suite (``conformance/``), the simulator image's contents
+(``launchers/sim/``), fixtures and golden snapshots; ``k3lab.paths`` finds them.
 """
 
 __version__ = "0.1.0"

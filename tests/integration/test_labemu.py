@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from k3lab.launchers import labemu
+from tests.integration.conftest import require
 
 pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,8 +41,8 @@ def k3lab(*args, timeout=600, env=None) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if os.geteuid() != 0 or not shutil.which("nsenter") or not os.path.exists("/usr/sbin/sshd"):
-        pytest.skip("needs root, nsenter and openssh-server")
+    require(os.geteuid() == 0 and bool(shutil.which("nsenter")) and os.path.exists("/usr/sbin/sshd"),
+            "needs root, nsenter and openssh-server")
     out = tmp_path_factory.mktemp("labemu") / "lab.yaml"
     res = k3lab("labemu", "up", "--scenario", SCENARIO, "--out", str(out), timeout=600)
     try:

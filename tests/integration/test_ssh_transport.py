@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from k3lab.model import siminventory
+from tests.integration.conftest import require
 
 pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +28,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def sshd(tmp_path):
-    if not os.path.exists(SSHD) or os.geteuid() != 0:
-        pytest.skip("needs openssh-server and root")
+    require(os.path.exists(SSHD) and os.geteuid() == 0, "needs openssh-server and root")
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "host_key")], check=True)

@@ -3,7 +3,6 @@ AISBench's result JSON / per-request CSV / console, the helper's prefix-cache su
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import re
 import shlex
@@ -14,6 +13,7 @@ import pytest
 
 from k3lab.conformance import aisperfparse as ap
 from k3lab.conformance import benchparse as bp
+from tests import suite
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "fixtures" / "bench"
@@ -234,7 +234,7 @@ def test_sim_numbers_are_not_comparable():
 
 
 def test_check_module_imports_and_declares_its_area():
-    mod = importlib.import_module("k3lab.conformance.aisperf")
+    mod = suite.load("aisperf")
     marks = {m.name: m for m in mod.pytestmark}
     assert "aisbench_perf" in marks and marks["conformance"].kwargs["area"] == "aisbench-perf"
     assert "MUST" in marks["conformance"].kwargs["must"]

@@ -25,7 +25,7 @@ def _raises_system_exit(path: Path) -> list[int]:
 
 
 def test_no_system_exit_below_the_cli():
-    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "launchers").glob("*.py"))
+    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "k3lab" / "launchers").glob("*.py"))
              if p.name != "cli.py" and (lines := _raises_system_exit(p))}
     assert found == {}
 
@@ -69,7 +69,7 @@ def test_check_helpers_hide_their_frame(tmp_path):
     import sys
 
     (tmp_path / "test_helper.py").write_text(
-        "from conformance import evidence\n\n"
+        "from k3lab.conformance import evidence\n\n"
         "def test_ports():\n"
         "    evidence.check(False, 'port 8000 listens', 'listening', 'closed', 'node0')\n")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",

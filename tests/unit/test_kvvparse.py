@@ -5,7 +5,6 @@ Kimi Vendor Verifier's verify_params.py against a loopback endpoint.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shlex
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from k3lab.conformance import kvvparse as kp
+from tests import suite
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "fixtures" / "bench"
@@ -218,7 +218,7 @@ def test_score_gate_message():
 
 
 def test_check_module_declares_its_marker_and_area():
-    mod = importlib.import_module("k3lab.conformance.kvv")
+    mod = suite.load("kvv")
     marks = {m.mark.name: m.mark for m in mod.pytestmark}
     assert "kvv" in marks and marks["conformance"].kwargs["area"] == "kvv-accuracy"
     assert "MUST" in marks["conformance"].kwargs["must"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-import importlib
 import inspect
 import re
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from k3lab.conformance.plugin import declared
 from k3lab.model import catalog, policy
+from tests import suite
 
 CONF = Path(__file__).resolve().parents[2] / "conformance"
 OPT_IN = {"perf", "accuracy", "long-requests", "aisbench-perf", "kvv-accuracy"}  # opt-in modules' areas (plugin.OPT_IN): warn by default, a lab policy blocks
@@ -22,7 +22,7 @@ def _checks() -> dict[str, tuple[str, str]]:
     """conformance id -> (area, must), the way k3lab.conformance.plugin.metadata derives them."""
     out = {}
     for path in sorted(CONF.glob("*.py")):
-        mod = importlib.import_module(f"k3lab.conformance.{path.stem}")
+        mod = suite.load(path.stem)
         for name, fn in inspect.getmembers(mod, inspect.isfunction):
             if not name.startswith("test_") or fn.__module__ != mod.__name__:
                 continue

@@ -9,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from k3lab.conformance import nodetools
-from k3lab.conformance.test_npu import test_cross_node_reachability as reachability
 from k3lab.launchers.endpoints import CommandResult
+from tests import suite
+
+reachability = suite.load("test_npu").test_cross_node_reachability
 
 
 class _Host:

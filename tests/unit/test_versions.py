@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from k3lab import paths
 from k3lab.launchers import versions
 from k3lab.launchers.backends import ExecResult
 
@@ -45,7 +46,7 @@ def test_guide_versions_and_sim_metadata_agree():
 
 
 def test_sim_rootfs_carries_the_real_version_files():
-    rootfs = Path(versions.__file__).parent / "sim" / "rootfs"
+    rootfs = paths.SIM / "rootfs"
     cann = next((rootfs / "usr/local/Ascend/ascend-toolkit/latest").glob("*-linux/ascend_toolkit_install.info"))
     assert "version=" in cann.read_text()
     assert (rootfs / "usr/local/Ascend/driver/version.info").read_text().startswith("Version=")

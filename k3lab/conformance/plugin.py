@@ -27,9 +27,10 @@ from typing import Any, cast
 
 import pytest
 
+from k3lab import paths
 from k3lab.conformance import evidence
 
-HERE = Path(__file__).resolve().parent  # compared with resolved paths: a checkout reaches it through a symlink
+HERE = paths.CONFORMANCE  # the suite's folder (resolved by k3lab.paths)
 # module file -> (marker, option): opt-in lab modules, collected and skipped unless their option is given
 OPT_IN = {"perf.py": ("perf", "--perf"), "accuracy.py": ("accuracy", "--accuracy"),
           "longreq.py": ("long_requests", "--long-requests"), "aisperf.py": ("aisbench_perf", "--aisbench-perf"),

@@ -15,15 +15,15 @@ import io
 import sys
 import tarfile
 import time
-from pathlib import Path
 
 import docker
 from docker.types import Mount
 
+from k3lab import paths
 from k3lab.launchers.sim import vllm_ascend
 from k3lab.render import profiles
 
-HERE = Path(__file__).resolve().parent
+HERE = paths.SIM  # launchers/sim: what the image holds (k3lab.paths finds it in a checkout and a wheel)
 ROOTFS = HERE / "rootfs"  # files copied verbatim into the image
 PACKAGE = HERE / "k3sim"  # the simulator's own package: an ordinary one, put on the image's SITE
 REPO = "k3lab-sim"
