@@ -19,7 +19,7 @@ SCENARIOS = ["a3_pd", "a3_pd_1m", "a3_pd_pooled", "a5_pd", "a5_pd_1m", "a5_pd_po
 
 
 def install(session: nox.Session) -> None:
-    session.install("-e", ".[test]")
+    session.install("-e", ".[sim,test]")
 
 
 def _scenario_session(scenario: str):
@@ -103,7 +103,7 @@ def contracts(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (with bugbear and simplify) on everything, mypy on the kit's package k3lab (see pyproject)."""
-    session.install("-e", ".[test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko")
+    session.install("-e", ".[sim,test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko")
     session.run("ruff", "check", "k3lab", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
     session.run("mypy")
 
@@ -116,7 +116,7 @@ def wheel(session: nox.Session) -> None:
     dist = tmp / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), ".")
-    session.install("--force-reinstall", str(next(dist.glob("k3lab-*.whl"))))
+    session.install("--force-reinstall", f"{next(dist.glob('k3lab-*.whl'))}[sim]")
     work = tmp / "elsewhere"
     work.mkdir(exist_ok=True)
     session.chdir(work)

@@ -1,8 +1,10 @@
-"""What the kit imports at run time is a runtime dependency, not only a test extra.
+"""Dependencies say what the code uses, both ways.
 
-``k3lab cycle`` runs the conformance suite with pytest and xdist: with those in the ``test`` extra
-only, a plain ``pip install .`` brought a deployment up and then failed with 'No module named
-pytest'. Distributions that come with a declared one (pydantic-core with pydantic) are allowed.
+What the kit imports at run time is a runtime dependency, not only a test extra: ``k3lab cycle`` runs the
+conformance suite with pytest and xdist, and with those in the ``test`` extra only a plain ``pip install .``
+brought a deployment up and then failed with 'No module named pytest'. Distributions that come with a
+declared one (pydantic-core with pydantic) are allowed. And every runtime dependency is imported by the kit
+(or used by option); the ``sim`` extra is what the simulator's image needs beyond them.
 """
 from __future__ import annotations
 
@@ -26,9 +28,16 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _names(requirements: list[str]) -> set[str]:
+    return {_norm(re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0]) for d in requirements}
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def _runtime_dependencies() -> set[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {_norm(re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0]) for d in project["dependencies"]}
+    return _names(_project()["dependencies"])
 
 
 def _imported_distributions() -> dict[str, str]:
@@ -62,3 +71,34 @@ def test_what_the_kit_imports_is_a_runtime_dependency():
 
 def test_the_suite_runner_is_a_runtime_dependency():
     assert {"pytest"} | BY_OPTION <= _runtime_dependencies()
+
+
+def test_every_runtime_dependency_is_used():
+    """A declared distribution nothing imports (msgpack was one) is weight on every install."""
+    used = set(_imported_distributions()) | BY_OPTION
+    unused = sorted(_runtime_dependencies() - used)
+    assert unused == [], f"declared in [project] dependencies but imported by no kit module: {unused}"
+
+
+def test_the_sim_extra_is_what_the_image_needs_beyond_the_kit():
+    """The real vllm-ascend proxy runs in the sim image on the kit's interpreter; its own imports
+    (fastapi, uvicorn) are the ``sim`` extra, checked before an image is built."""
+    from k3lab.launchers.sim import image
+
+    sim = _names(_project()["optional-dependencies"]["sim"])
+    assert sim == {_norm(n) for n in image.SIM_EXTRA}
+    assert not sim & _runtime_dependencies()
+
+
+def test_a_missing_sim_extra_is_an_environment_error(monkeypatch):
+    import importlib.util
+
+    import pytest
+
+    from k3lab.errors import EnvError
+    from k3lab.launchers.sim import image
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    with pytest.raises(EnvError, match=r"needs uvicorn.*pip install 'k3lab\[sim\]'"):
+        image.build_tar()

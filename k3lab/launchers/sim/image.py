@@ -11,6 +11,7 @@ is a hash of everything that goes in, so a rebuild happens only when something c
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import sys
 import tarfile
@@ -20,6 +21,7 @@ import docker
 from docker.types import Mount
 
 from k3lab import paths
+from k3lab.errors import EnvError
 from k3lab.launchers.sim import vllm_ascend
 from k3lab.render import profiles
 
@@ -90,8 +92,21 @@ def _stand_ins(fs: _RootFS) -> None:
             fs.file(rel, path.read_bytes(), path.stat().st_mode & 0o777)
 
 
+# What the image's interpreter (the kit's own) must import beyond the kit's dependencies: the real
+# vllm-ascend proxy's (its header: pip install fastapi<0.124.0 httpx uvicorn). The ``sim`` extra.
+SIM_EXTRA = ("fastapi", "uvicorn")
+
+
+def require_sim_extra() -> None:
+    missing = [name for name in SIM_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise EnvError(f"the simulator runs the real vllm-ascend proxy, which needs {', '.join(missing)}; "
+                       "remedy: pip install 'k3lab[sim]' (in a checkout: pip install -e '.[sim]')")
+
+
 def build_tar(vllm_ascend_version: str = vllm_ascend.K3) -> tuple[bytes, str]:
     """The image's root filesystem as a tar (for ``docker import`` on any engine) and its tag."""
+    require_sim_extra()
     examples = vllm_ascend.examples(vllm_ascend_version)
     buf = io.BytesIO()
     digest = hashlib.sha256()
