@@ -7,14 +7,13 @@ HTTP endpoints and Prometheus text. Each node's checks share an xdist group so
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 import requests
 
-from k3lab.model import apikey
+from k3lab.model import apikey, runs
 from k3lab.model.plan import Plan
 
 pytest_plugins = ["k3lab.conformance.plugin"]
@@ -73,8 +72,8 @@ def plan(pytestconfig) -> Plan:
 
 
 @pytest.fixture(scope="session")
-def state(run_dir) -> dict:
-    return json.loads((run_dir / "run-state.json").read_text())
+def state(run_dir) -> runs.RunState:
+    return runs.run_state(run_dir)
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +81,7 @@ def client_pool(state):
     """One Docker client per endpoint for the whole session (one SSH connection per ssh:// host)."""
     from k3lab.launchers.endpoints import ClientPool, SshOptions
 
-    pool = ClientPool(SshOptions.from_dict(state.get("ssh")))
+    pool = ClientPool(SshOptions.from_dict(state.ssh))
     yield pool
     pool.close()
 
@@ -119,7 +118,7 @@ def docker_clients(state, client_pool):
     """Per node: the Docker client of that node's own endpoint."""
     from k3lab.launchers.endpoints import LOCAL_ENDPOINT
 
-    return {node: client_pool.get(state.get("endpoints", {}).get(node, LOCAL_ENDPOINT)) for node in state["containers"]}
+    return {node: client_pool.get(state.endpoint_of(node, LOCAL_ENDPOINT)) for node in state.containers}
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,11 @@ KIND = "environment"  # default class of a failure here
 
 
 def _where(node, state) -> str:
-    return f"{node.name} ({describe(state.get('endpoints', {}).get(node.name, 'unix://'))})"
+    return f"{node.name} ({describe(state.endpoint_of(node.name, 'unix://'))})"
 
 
 def _container(state, node, docker_clients):
-    name = state["containers"][node.name]
+    name = state.containers[node.name]
     try:
         return docker_clients[node.name].containers.get(name)
     except docker.errors.NotFound:

@@ -6,7 +6,6 @@ They turn parsed arguments into calls of the bring-up engine (k3lab.launchers.li
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import time
 
@@ -15,6 +14,7 @@ from k3lab.launchers import suite
 from k3lab.launchers.backends import DEFAULT_ENDPOINT, LABEL, remove_by_label
 from k3lab.launchers.endpoints import ClientPool, SshOptions, describe
 from k3lab.launchers.lifecycle import RUNS, Interrupted, Run, _log, attach, collect, down, down_all, up
+from k3lab.model import runs
 
 
 def _suite(run: Run, args: argparse.Namespace) -> int:
@@ -91,11 +91,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _run_endpoints(run: str) -> tuple[list[str], SshOptions]:
     """The endpoints a run used (its run-state.json), else the local engine."""
-    path = RUNS / run / "run-state.json"
-    if path.is_file():
-        state = json.loads(path.read_text())
-        eps = list(dict.fromkeys(state.get("endpoints", {}).values())) or [DEFAULT_ENDPOINT]
-        return eps, SshOptions.from_dict(state.get("ssh"))
+    if (RUNS / run / runs.RUN_STATE).is_file():
+        state = runs.run_state(RUNS / run)
+        eps = list(dict.fromkeys(state.endpoints.values())) or [DEFAULT_ENDPOINT]
+        return eps, SshOptions.from_dict(state.ssh)
     return [DEFAULT_ENDPOINT], SshOptions()
 
 

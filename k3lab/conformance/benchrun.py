@@ -30,6 +30,7 @@ from k3lab.conformance.evidence import check
 from k3lab.launchers.backends import tar_of
 from k3lab.launchers.endpoints import HOST_PROXY_VARS
 from k3lab.model import apikey
+from k3lab.model.runs import RunState
 
 Watch = Callable[[], "str | None"]  # polled during a run: why it must stop now, or None
 STOPPED = 125  # exit status of a run the watch stopped (124 stays "timed out", as coreutils timeout)
@@ -210,13 +211,13 @@ class NodeRunner:
         return out.strip() or None
 
 
-def runner_for(config, plan, state: dict, run_dir: Path) -> Runner:
+def runner_for(config, plan, state: RunState, run_dir: Path) -> Runner:
     node = config.getoption("--bench-node")
     if not node:
         return HostRunner(Path(run_dir) / "bench")
     import docker
 
-    if node not in state.get("containers", {}):
-        raise ValueError(f"--bench-node {node}: no such node in this run ({', '.join(state.get('containers', {}))})")
+    if node not in state.containers:
+        raise ValueError(f"--bench-node {node}: no such node in this run ({', '.join(state.containers)})")
     client = docker.DockerClient(base_url=plan.node(node).endpoint)
-    return NodeRunner(client.containers.get(state["containers"][node]), node)
+    return NodeRunner(client.containers.get(state.containers[node]), node)

@@ -28,6 +28,8 @@ import paramiko
 import requests
 from docker.transport import SSHHTTPAdapter
 
+from k3lab.model.runs import RunState
+
 LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
 API_VERSION = "1.41"  # Docker 20.10+, the oldest engine the kit supports; avoids a version probe
 
@@ -275,12 +277,12 @@ def split_batch(out: str, token: str, n: int) -> list[tuple[int, str, str] | Non
     return result
 
 
-def hosts_from_state(state: dict, pool: ClientPool | None = None) -> dict[str, NodeHost]:
+def hosts_from_state(state: RunState | dict, pool: ClientPool | None = None) -> dict[str, NodeHost]:
     """Hosts of a run from its run-state.json: per node its endpoint and container name."""
-    pool = pool or ClientPool(SshOptions.from_dict(state.get("ssh")))
-    endpoints = state.get("endpoints", {})
-    return {node: NodeHost(node, endpoints.get(node, LOCAL_ENDPOINT), name, pool)
-            for node, name in state["containers"].items()}
+    state = RunState.model_validate(state)
+    pool = pool or ClientPool(SshOptions.from_dict(state.ssh))
+    return {node: NodeHost(node, state.endpoint_of(node, LOCAL_ENDPOINT), name, pool)
+            for node, name in state.containers.items()}
 
 
 def _record_round_trip(node: str) -> None:

@@ -27,7 +27,7 @@ from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
 from k3lab.launchers.endpoints import HTTP, SshOptions, describe
 from k3lab.launchers.sim import neighbours
-from k3lab.model import apikey
+from k3lab.model import apikey, runs
 from k3lab.model.plan import Gate, Plan, Process
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
@@ -68,7 +68,7 @@ class Run:
     shell_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def state(self, status: str) -> dict:
-        return {"run": self.id, "status": status, "scenario": self.plan.scenario, "target": self.plan.target,
+        return {"version": runs.VERSION, "run": self.id, "status": status, "scenario": self.plan.scenario, "target": self.plan.target,
                 "plan": str(self.dir / "plan.json"), "run_dir": str(self.dir),
                 "containers": {n: c.name for n, c in self.backend.containers.items()},
                 "network": getattr(self.backend, "network_name", None),
@@ -76,7 +76,8 @@ class Run:
                 "ssh": getattr(self.backend, "ssh", SshOptions()).as_dict(), "timings": self.timings}
 
     def save(self, status: str) -> None:
-        (self.dir / "run-state.json").write_text(json.dumps(self.state(status), indent=2))
+        state = runs.RunState.model_validate(self.state(status))  # what every reader will validate
+        (self.dir / runs.RUN_STATE).write_text(state.model_dump_json(indent=2))
 
 
 # --------------------------------------------------------------------------------- processes

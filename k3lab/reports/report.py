@@ -21,7 +21,8 @@ from typing import Any
 from urllib.parse import quote
 
 from k3lab import __version__
-from k3lab.model import apikey
+from k3lab.errors import InputError
+from k3lab.model import apikey, runs
 from k3lab.reports.reportsvg import topology_svg
 from k3lab.reports.templating import Markup, render_html
 
@@ -57,6 +58,7 @@ class Run:
     source: str  # where the results came from
     exitstatus: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
 
     @property
     def node_names(self) -> list[str]:
@@ -82,10 +84,24 @@ def _json(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def _artefact(read, run_dir: Path, name: str, problems: list[str]) -> dict[str, Any]:
+    """A run artefact through its model (k3lab.model.runs), as plain data for the report; a missing file
+    is nothing to report, a corrupted one is named and left out (report what there is)."""
+    if not (run_dir / name).exists():
+        return {}
+    try:
+        return _scrub(read(run_dir).model_dump(by_alias=True))
+    except InputError as exc:
+        problems.append(str(exc))
+        return {}
+
+
 def load(run_dir: str | Path) -> Run:
     run_dir = Path(run_dir)
-    plan, state = _json(run_dir / "plan.json"), _json(run_dir / "run-state.json")
-    results = _json(run_dir / "conformance-results.json")
+    problems: list[str] = []
+    plan = _json(run_dir / "plan.json")
+    state = _artefact(runs.run_state, run_dir, runs.RUN_STATE, problems)
+    results = _artefact(runs.results, run_dir, runs.RESULTS, problems)
     if results.get("tests") is not None:
         tests, source = results["tests"], "conformance-results.json"
     elif (run_dir / "junit.xml").is_file():
@@ -95,7 +111,8 @@ def load(run_dir: str | Path) -> Run:
             tests, source = [], "junit.xml (unreadable)"
     else:
         tests, source = [], "none"
-    run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {})
+    run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {},
+              problems)
     run.tests = [_normalise(t, run.node_names) for t in tests]
     return run
 
@@ -234,6 +251,7 @@ def summary_md(run: Run) -> str:
              f"| Run | {md(_run_label(run))} |",
              f"| Versions | k3lab {md(v['k3lab'])}; image {md(v['image'])}; Python {md(v['python'])} |",
              f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
+    lines += [f"- left out, unreadable: {md(problem)}" for problem in run.problems] + ([""] if run.problems else [])
     lines += _results_md(run)
     lines += ["", "## Failures", ""]
     fails = _failures(run)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab.launchers import suite
-from k3lab.model import catalog, siminventory
+from k3lab.model import catalog, runs, siminventory
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
 
@@ -206,7 +206,8 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
             result["exec_round_trips_max"] = max(result["exec_round_trips_per_node"].values(), default=0)
             result["load_average"] = os.getloadavg()
             for state in (Path(tmp) / "runs").glob("*/run-state.json"):  # where the cycle's time went
-                result["timings"] = {k: round(v, 2) for k, v in json.loads(state.read_text())["timings"].items()}
+                timings = runs.run_state(state.parent).timings
+                result["timings"] = {k: round(v, 2) for k, v in timings.items()}
             result["endpoints"] = sorted({n["endpoint"].split(":")[0] for n in
                                           __import__("yaml").safe_load(inv.read_text())["nodes"]})
             for line in res.stdout.splitlines():

@@ -31,7 +31,7 @@ from typing import Any
 from k3lab import __version__, paths
 from k3lab.errors import UsageError
 from k3lab.launchers.sim import neighbours
-from k3lab.model import catalog, siminventory
+from k3lab.model import catalog, runs, siminventory
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
 from k3lab.preflight import checks as preflight
@@ -40,7 +40,7 @@ from k3lab.reports import gate
 
 GOLDEN = paths.GOLDEN
 RELEASES = Path(os.environ.get("K3LAB_RELEASES", Path.cwd() / "releases"))
-FILE = "release.json"
+FILE = runs.RELEASE
 SLOTS = 3  # cycles at a time by default: on 2 cores, 3 slots overlap one cycle's waits with the others' work
 
 
@@ -289,10 +289,8 @@ def _load() -> str:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    doc = json.loads((Path(path) / FILE).read_text())
-    if doc.get("kind") != "k3lab-release":
-        raise ValueError(f"{path}/{FILE} is not a k3lab release document")
-    return doc
+    """A release document validated by its model (k3lab.model.runs.Release), as plain data."""
+    return runs.release(path).model_dump(by_alias=True)
 
 
 # ------------------------------------------------------------------------------------ command
