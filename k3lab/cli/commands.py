@@ -11,8 +11,8 @@ import time
 
 from k3lab.errors import UsageError
 from k3lab.launchers import suite
-from k3lab.launchers.backends import DEFAULT_ENDPOINT, LABEL, remove_by_label
-from k3lab.launchers.endpoints import ClientPool, SshOptions, describe
+from k3lab.launchers.backends import LABEL, remove_by_label
+from k3lab.launchers.endpoints import LOCAL_ENDPOINT, ClientPool, SshOptions, describe
 from k3lab.launchers.lifecycle import RUNS, Interrupted, Run, _log, attach, collect, down, down_all, up
 from k3lab.model import runs
 
@@ -93,9 +93,9 @@ def _run_endpoints(run: str) -> tuple[list[str], SshOptions]:
     """The endpoints a run used (its run-state.json), else the local engine."""
     if (RUNS / run / runs.RUN_STATE).is_file():
         state = runs.run_state(RUNS / run)
-        eps = list(dict.fromkeys(state.endpoints.values())) or [DEFAULT_ENDPOINT]
+        eps = list(dict.fromkeys(state.endpoints.values())) or [LOCAL_ENDPOINT]
         return eps, SshOptions.from_dict(state.ssh)
-    return [DEFAULT_ENDPOINT], SshOptions()
+    return [LOCAL_ENDPOINT], SshOptions()
 
 
 def _fault(args: argparse.Namespace):
@@ -127,7 +127,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    endpoints, ssh = _run_endpoints(args.run) if args.run else ([DEFAULT_ENDPOINT], SshOptions())
+    endpoints, ssh = _run_endpoints(args.run) if args.run else ([LOCAL_ENDPOINT], SshOptions())
     pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
     for ep in endpoints:

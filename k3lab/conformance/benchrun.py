@@ -215,9 +215,9 @@ def runner_for(config, plan, state: RunState, run_dir: Path) -> Runner:
     node = config.getoption("--bench-node")
     if not node:
         return HostRunner(Path(run_dir) / "bench")
-    import docker
+    from k3lab.launchers.endpoints import SshOptions, docker_client
 
     if node not in state.containers:
         raise ValueError(f"--bench-node {node}: no such node in this run ({', '.join(state.containers)})")
-    client = docker.DockerClient(base_url=plan.node(node).endpoint)
+    client = docker_client(plan.node(node).endpoint, SshOptions.from_dict(state.ssh))
     return NodeRunner(client.containers.get(state.containers[node]), node)

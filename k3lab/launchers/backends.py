@@ -12,15 +12,21 @@ import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import docker
 from docker.types import IPAMConfig, IPAMPool, Mount
 
 from k3lab import paths
-from k3lab.errors import CommandFailed
-from k3lab.launchers.endpoints import ClientPool, SshOptions
+from k3lab.launchers.endpoints import (
+    LOCAL_ENDPOINT,
+    ClientPool,
+    CommandResult,
+    SshOptions,
+    docker_client,
+    docker_exec,
+    local_client,
+)
 from k3lab.model.plan import NodePlan, Plan
 
 LABEL = "k3lab.run"
@@ -44,28 +50,6 @@ def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """A command run in a node's container. Not a tuple: a caller reads ``ok``/``rc`` or calls
-    :meth:`check`, so a failed command is never taken for its output by unpacking."""
-
-    node: str
-    argv: tuple[str, ...]
-    rc: int
-    output: str  # stdout and stderr together, as docker exec gives them
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    def check(self) -> str:
-        """The output, or :class:`CommandFailed` naming the node, the command and its last words."""
-        if not self.ok:
-            raise CommandFailed(f"{self.node}: '{' '.join(self.argv)[:200]}' exited {self.rc}"
-                                + (" (timed out)" if self.rc == 124 else "") + f": {self.output.strip()[-300:]}")
-        return self.output
 
 
 class Backend:
@@ -110,10 +94,9 @@ class Backend:
     def put(self, node: NodePlan, files: dict[str, tuple[bytes, int]]) -> None:
         self.containers[node.name].put_archive("/", tar_of(files))
 
-    def exec(self, node: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> ExecResult:
+    def exec(self, node: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> CommandResult:
         container = self.containers[node]
-        result = container.exec_run(["timeout", str(int(timeout)), *cmd], environment=env or {}, demux=False)
-        return ExecResult(node, tuple(cmd), result.exit_code, (result.output or b"").decode(errors="replace"))
+        return docker_exec(container.client.api, container.id, cmd, node, env, timeout=timeout)
 
     def exec_detached(self, node: str, cmd: list[str], env: dict[str, str], workdir: str) -> None:
         self.containers[node].exec_run(cmd, environment=env, workdir=workdir, detach=True)
@@ -129,9 +112,6 @@ class Backend:
     def parallel(self, fn, nodes: list[NodePlan]) -> None:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(fn, nodes))
-
-
-DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
 
 
 def remove_by_label(client: docker.DockerClient, run_id: str | None) -> list[str]:
@@ -162,10 +142,9 @@ def sim_engine(plan: Plan) -> docker.DockerClient:
     if len(endpoints) != 1:
         raise ValueError(f"the sim target runs every node on one Docker engine; inventory names {sorted(endpoints)}")
     endpoint = endpoints.pop()
-    if endpoint == DEFAULT_ENDPOINT:
-        return docker.from_env(timeout=120)
-    # ssh:// goes through paramiko with RejectPolicy: an unknown host key is refused, never added
-    return docker.DockerClient(base_url=endpoint, timeout=120)
+    if endpoint == LOCAL_ENDPOINT:
+        return local_client(timeout=120)
+    return docker_client(endpoint, timeout=120)
 
 
 class SimBackend(Backend):

@@ -28,6 +28,7 @@ import paramiko
 import requests
 from docker.transport import SSHHTTPAdapter
 
+from k3lab.errors import CommandFailed
 from k3lab.model.runs import RunState
 
 LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
@@ -89,6 +90,11 @@ def docker_client(endpoint: str, ssh: SshOptions | None = None, timeout: int = 1
     return client
 
 
+def local_client(timeout: int = 120) -> docker.DockerClient:
+    """The kit host's own engine (the simulator's): ``$DOCKER_HOST`` when set, else the local socket."""
+    return docker_client(os.environ.get("DOCKER_HOST") or LOCAL_ENDPOINT, timeout=timeout)
+
+
 def describe(endpoint: str) -> str:
     """Short host name for messages: the endpoint's host, or 'local engine'."""
     if endpoint.startswith("unix://"):
@@ -134,17 +140,36 @@ class ClientPool:
 
 @dataclass
 class CommandResult:
-    """testinfra's CommandResult, the parts checks use."""
+    """The kit's one result of a command run on a node (testinfra's CommandResult, the parts the kit uses).
+
+    Not a tuple: a caller reads ``ok``/``rc`` or calls :meth:`check`, so a failed command is never taken
+    for its output by unpacking."""
 
     command: str
     rc: int
     stdout: str
     stderr: str = ""
-    host: str = ""
+    host: str = ""  # the node, as messages name it
 
     @property
     def exit_status(self) -> int:
         return self.rc
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def output(self) -> str:
+        """stdout then stderr, for callers that read both as one text (log tails, probes)."""
+        return self.stdout + self.stderr
+
+    def check(self) -> str:
+        """The output, or :class:`CommandFailed` naming the node, the command and its last words."""
+        if not self.ok:
+            raise CommandFailed(f"{self.host}: '{self.command[:200]}' exited {self.rc}"
+                                + (" (timed out)" if self.rc == 124 else "") + f": {self.output.strip()[-300:]}")
+        return self.output
 
     @property
     def succeeded(self) -> bool:
@@ -153,6 +178,18 @@ class CommandResult:
     @property
     def failed(self) -> bool:
         return self.rc != 0
+
+
+def docker_exec(api, container: str, argv: list[str], host: str, env: dict[str, str] | None = None,
+                workdir: str | None = None, timeout: float = 120) -> CommandResult:
+    """The kit's one ``docker exec``: create, start (stdout and stderr apart), inspect, the command bounded by
+    coreutils ``timeout`` (exit 124). Used by the suite's hosts and by the launch side's backends alike."""
+    ex = api.exec_create(container, ["timeout", str(int(timeout)), *argv], environment=env or None, workdir=workdir)
+    out, err = api.exec_start(ex["Id"], demux=True)
+    rc = api.exec_inspect(ex["Id"]).get("ExitCode")
+    return CommandResult(command=" ".join(argv), rc=rc if rc is not None else -1,
+                         stdout=(out or b"").decode(errors="replace"), stderr=(err or b"").decode(errors="replace"),
+                         host=host)
 
 
 @dataclass
@@ -190,17 +227,11 @@ class NodeHost:
         _record_round_trip(self.node)
         api = self.pool.get(self.endpoint).api
         try:
-            ex = api.exec_create(self.container, ["timeout", str(timeout or self.timeout), *argv], environment=env or None,
-                                 workdir=workdir)
-            out, err = api.exec_start(ex["Id"], demux=True)
-            rc = api.exec_inspect(ex["Id"]).get("ExitCode")
+            return docker_exec(api, self.container, argv, self.name, env, workdir, timeout or self.timeout)
         except docker.errors.NotFound:
             raise AssertionError(f"{self.name}: container {self.container} does not exist on {self.endpoint}") from None
         except docker.errors.APIError as exc:
             raise AssertionError(f"{self.name}: docker exec in {self.container} failed: {exc.explanation or exc}") from None
-        return CommandResult(command=" ".join(argv), rc=rc if rc is not None else -1,
-                             stdout=(out or b"").decode(errors="replace"), stderr=(err or b"").decode(errors="replace"),
-                             host=self.name)
 
     def run(self, command: str, *args: str) -> CommandResult:
         """Run a shell command in the container (testinfra: ``/bin/sh -c``)."""

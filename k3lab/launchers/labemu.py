@@ -40,6 +40,7 @@ import yaml
 
 from k3lab import paths
 from k3lab.errors import EnvError
+from k3lab.launchers.endpoints import docker_client
 
 BRIDGE = "k3emu0"
 SUBNET = ipaddress.ip_network("10.213.0.0/24")
@@ -247,13 +248,12 @@ def _start(h: Host, tcp: bool) -> None:
 
 
 def _wait_ready(h: Host, timeout: float = 60) -> None:
-    import docker
 
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         try:
-            client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=10)
+            client = docker_client(f"unix://{h.sock}", timeout=10)
             client.ping()
             with socket.create_connection((h.ip, 22), timeout=1):
                 return
@@ -278,11 +278,10 @@ def _builds(images: list[str]) -> dict[str, tuple[bytes, str]]:
 
 def _load_image(h: Host, builds: dict[str, tuple[bytes, str]]) -> None:
     """The image that carries the stand-ins, tagged with the guides' image names (checked)."""
-    import docker
 
     from k3lab.launchers.sim import image
 
-    client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=300)
+    client = docker_client(f"unix://{h.sock}", timeout=300)
     for name, built in builds.items():
         ref = image.ensure(client, built=built)
         repo, tag = name.rsplit(":", 1)
@@ -421,12 +420,11 @@ def _kill(pidfile: Path, timeout: float = 20) -> None:
 
 def _remove_containers(h: Host) -> None:
     """Force-remove every container first, so the engine stops at once (no stop timeouts)."""
-    import docker
 
     if not h.engine_alive():
         return
     try:
-        client = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=30)
+        client = docker_client(f"unix://{h.sock}", timeout=30)
         for c in client.containers.list(all=True):
             c.remove(force=True)
     except Exception:
@@ -472,9 +470,8 @@ def status() -> list[dict]:
         containers = "-"
         if h.engine_alive():
             try:
-                import docker
 
-                cl = docker.DockerClient(base_url=f"unix://{h.sock}", timeout=10)
+                cl = docker_client(f"unix://{h.sock}", timeout=10)
                 containers = ",".join(f"{c.name}:{c.status}" for c in cl.containers.list(all=True)) or "none"
             except Exception as exc:
                 containers = f"error {exc!r}"

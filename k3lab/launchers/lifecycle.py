@@ -25,7 +25,7 @@ import requests
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
-from k3lab.launchers.endpoints import HTTP, SshOptions, describe
+from k3lab.launchers.endpoints import HTTP, SshOptions, describe, local_client
 from k3lab.launchers.sim import neighbours
 from k3lab.model import apikey, runs
 from k3lab.model.plan import Gate, Plan, Process
@@ -303,11 +303,10 @@ def _backend(plan: Plan, run_id: str, inv, sim_faults: dict | None = None) -> Ba
 
 
 def _refuse_collision(plan: Plan) -> None:
-    import docker
 
     if plan.target != "sim":
         return
-    client = docker.from_env()
+    client = local_client()
     # ignore_removed: another run sharing the engine (k3lab release) may remove a container between
     # the list and its inspect, which would otherwise fail this run's start with a 404
     live = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
@@ -541,9 +540,8 @@ def down(run: Run) -> None:
 
 
 def down_all() -> int:
-    import docker
 
-    count = len(remove_by_label(docker.from_env(), None))
+    count = len(remove_by_label(local_client(), None))
     _log(f"removed {count} container(s) of k3lab runs")
     return 0
 

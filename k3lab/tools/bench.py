@@ -120,11 +120,10 @@ def _process_start_s(run) -> float:
 
 
 def _container_start_s() -> float:
-    import docker
-
+    from k3lab.launchers.endpoints import local_client
     from k3lab.launchers.sim import image
 
-    client = docker.from_env()
+    client = local_client()
     ref = image.ensure(client)
     c = client.containers.create(ref, ["/usr/bin/true"], mounts=image.host_mounts(), labels={"k3lab.run": "bench"})
     try:

@@ -252,11 +252,10 @@ def _verdict(policy: Policy, sid: str, static: list[dict[str, Any]], cycle: dict
 def _build_images(scenarios: list[str]) -> None:
     """Every sim image the cycles need, built once up front: two cycles importing the same tag at
     once would each make an image, and their nodes would record different image ids."""
-    import docker
-
+    from k3lab.launchers.endpoints import local_client
     from k3lab.launchers.sim import image, vllm_ascend
 
-    client = docker.from_env(timeout=120)
+    client = local_client(timeout=120)
     for version in sorted({vllm_ascend.version_for(catalog.SCENARIOS[s].seed) for s in scenarios}):
         _log(f"sim image {image.ensure(client, version)} (vllm-ascend {version}) ready")
 

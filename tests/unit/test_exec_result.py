@@ -1,4 +1,4 @@
-"""Backend.exec answers with an ExecResult: a failure is read from it, never unpacked away."""
+"""Backend.exec answers with a CommandResult: a failure is read from it, never unpacked away."""
 from __future__ import annotations
 
 import ast
@@ -7,19 +7,19 @@ from pathlib import Path
 import pytest
 
 from k3lab.errors import CommandFailed, EnvError
-from k3lab.launchers.backends import ExecResult
+from k3lab.launchers.endpoints import CommandResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ok_result_checks_to_its_output():
-    res = ExecResult("p0", ("cat", "/etc/hccn.conf"), 0, "address_0=10.0.0.1\n")
+    res = CommandResult("cat /etc/hccn.conf", 0, "address_0=10.0.0.1\n", host="p0")
     assert res.ok and res.check() == "address_0=10.0.0.1\n"
 
 
 @pytest.mark.parametrize("rc, extra", [(1, ""), (124, " (timed out)")])
 def test_failed_result_names_node_command_and_output(rc, extra):
-    res = ExecResult("d2", ("tail", "-n", "20", "/root/vllm.log"), rc, "tail: cannot open '/root/vllm.log'\n")
+    res = CommandResult("tail -n 20 /root/vllm.log", rc, "", "tail: cannot open '/root/vllm.log'\n", host="d2")
     with pytest.raises(CommandFailed) as err:
         res.check()
     assert str(err.value) == (f"d2: 'tail -n 20 /root/vllm.log' exited {rc}{extra}: "
@@ -29,7 +29,7 @@ def test_failed_result_names_node_command_and_output(rc, extra):
 
 def test_a_result_cannot_be_unpacked_as_the_old_tuple():
     with pytest.raises(TypeError):
-        code, out = ExecResult("p0", ("true",), 1, "")  # noqa: F841
+        code, out = CommandResult("true", 1, "", host="p0")  # noqa: F841
 
 
 def test_no_kit_module_unpacks_backend_exec():

@@ -7,7 +7,7 @@ import pytest
 
 from k3lab import paths
 from k3lab.launchers import versions
-from k3lab.launchers.backends import ExecResult
+from k3lab.launchers.endpoints import CommandResult
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "versions"
 
@@ -60,7 +60,7 @@ class _Backend:
 
     def exec(self, node, cmd, timeout=30):
         assert cmd[:2] == ["bash", "-c"] and "importlib" in cmd[2]
-        return ExecResult(node, tuple(cmd), 0, self.outputs[node])
+        return CommandResult(" ".join(cmd), 0, self.outputs[node], host=node)
 
     def parallel(self, fn, nodes):
         for n in nodes:

@@ -22,6 +22,7 @@ from docker.types import Mount
 
 from k3lab import paths
 from k3lab.errors import EnvError
+from k3lab.launchers.endpoints import local_client
 from k3lab.launchers.sim import vllm_ascend
 from k3lab.render import profiles
 
@@ -139,7 +140,7 @@ def ensure(client: docker.DockerClient | None = None, vllm_ascend_version: str =
     """Build (or reuse) the image on ``client``'s engine; return its tag (``k3lab-sim:<hash>``).
 
     ``built``: a ``build_tar`` result to import as it is (one build shared by several engines)."""
-    client = client or docker.from_env()
+    client = client or local_client()
     data, tag = built or build_tar(vllm_ascend_version)
     ref = f"{REPO}:{tag}"
     try:
