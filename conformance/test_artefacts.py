@@ -6,10 +6,9 @@ import re
 
 import pytest
 
-from k3lab import paths
+from k3lab.render import golden
 
 KIND = "kit"  # a mismatch here means the kit staged something other than what it rendered
-GOLDEN = paths.GOLDEN
 
 
 def _staged(node):
@@ -34,13 +33,8 @@ def test_rendered_equals_golden(plan, run_dir):
     if not plan.inventory.startswith("default (sim"):
         pytest.skip("a lab inventory renders its own values; compare with k3lab render and golden/ by hand")
     moved = _moved_subnet(plan.inventory)
-    differ = []
-    for node in plan.nodes:
-        for art in node.artefacts:
-            golden = GOLDEN / plan.scenario / node.name / f"{art.name}.txt"
-            rendered = run_dir / "rendered" / node.name / art.name
-            if not golden.is_file() or golden.read_text() != _to_default_subnet(rendered.read_text(), moved):
-                differ.append(f"{node.name}/{art.name}")
+    differ = golden.drift(plan, lambda node, name: _to_default_subnet((run_dir / "rendered" / node / name).read_text(),
+                                                                      moved))
     assert not differ, f"rendered artefacts drifted from golden/: {differ} (review, then nox -s golden -- --snapshot-update)"
 
 

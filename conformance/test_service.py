@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from k3lab import waits
 from k3lab.launchers import metrics
 from k3lab.model import apikey
 
@@ -267,15 +268,15 @@ def _served(http, api) -> dict[str, float]:
 def _settled(http, apis, timeout: float = 5.0) -> dict[str, dict[str, float]]:
     """Counters of every API once they stop moving: an engine counts a request when its output
     loop finishes it, which can be just after the client has its response."""
-    last = {a.url: _served(http, a) for a in apis}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        now = {a.url: _served(http, a) for a in apis}
-        if now == last:
-            return now
-        last = now
-    return last
+    seen = [{a.url: _served(http, a) for a in apis}]
+
+    def still() -> bool:
+        time.sleep(0.3)  # a counter that has not moved for this long has settled
+        seen.append({a.url: _served(http, a) for a in apis})
+        return seen[-1] == seen[-2]
+
+    waits.poll(still, timeout, 0)
+    return seen[-1]
 
 
 def _moved(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

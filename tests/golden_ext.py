@@ -1,11 +1,11 @@
 """syrupy extension: one readable text file per rendered artefact, under golden/."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+from k3lab import paths
+
+GOLDEN = paths.GOLDEN  # the files k3lab.render.golden compares with
 
 
 class GoldenArtefact(SingleFileSnapshotExtension):

@@ -8,13 +8,12 @@ replaced with the lab's own.
 from __future__ import annotations
 
 import argparse
-import os
 import textwrap
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from k3lab.errors import InputError
+from k3lab import outputs
 from k3lab.model import catalog, inventory, siminventory
 
 PLACEHOLDER_NET = "192.0.2"  # RFC 5737 TEST-NET-1: never a real lab's address
@@ -103,30 +102,10 @@ def render_text(sid: str) -> str:
 
 
 def write(sid: str, out: str, force: bool = False) -> Path:
-    if str(out).strip() == "":
-        raise InputError("--out: empty path; give the inventory file to write")
-    path = Path(out)
-    real = path.resolve()
-    for bad in (Path("/proc"), Path("/sys"), Path("/dev")):
-        if real == bad or bad in real.parents:
-            raise InputError(f"--out {out}: refusing to write under {bad}")
-    if path.is_dir():
-        raise InputError(f"--out {out}: is a directory; give a file name such as lab.yaml")
-    if (path.exists() or path.is_symlink()) and not force:
-        raise InputError(f"--out {out}: exists; choose another name or add --force to overwrite it")
-    if not path.parent.is_dir():
-        raise InputError(f"--out {out}: directory {path.parent} does not exist")
+    path = outputs.check_file(out, force, what="inventory file")
     text = render_text(sid)
     inventory.parse(__import__("yaml").safe_load(text), "generated inventory")  # never write an invalid file
-    tmp = path.parent / f".{path.name}.k3lab-{os.getpid()}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)  # replaces a symlink itself, never its target
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+    outputs.write_file(path, text)
     return path
 
 

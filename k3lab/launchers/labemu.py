@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from k3lab import paths
+from k3lab import paths, waits
 from k3lab.errors import EnvError
 from k3lab.launchers.endpoints import docker_client
 
@@ -249,19 +249,21 @@ def _start(h: Host, tcp: bool) -> None:
 
 def _wait_ready(h: Host, timeout: float = 60) -> None:
 
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
+    last = [""]
+
+    def ready() -> bool:
         try:
-            client = docker_client(f"unix://{h.sock}", timeout=10)
-            client.ping()
+            docker_client(f"unix://{h.sock}", timeout=10).ping()
             with socket.create_connection((h.ip, 22), timeout=1):
-                return
+                return True
         except Exception as exc:  # engine or sshd still starting
-            last = repr(exc)
-        time.sleep(0.3)
+            last[0] = repr(exc)
+            return False
+
+    if waits.poll(ready, timeout, 0.3):
+        return
     tail = h.log.read_text(errors="replace")[-1500:] if h.log.exists() else ""
-    raise LabEmuError(f"{h.name}: engine or sshd not ready after {timeout:.0f}s ({last}); log:\n{tail}")
+    raise LabEmuError(f"{h.name}: engine or sshd not ready after {timeout:.0f}s ({last[0]}); log:\n{tail}")
 
 
 def _builds(images: list[str]) -> dict[str, tuple[bytes, str]]:
@@ -405,13 +407,15 @@ def _kill(pidfile: Path, timeout: float = 20) -> None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.1)
+            return True
+        return False
+
+    if waits.poll(gone, timeout, 0.1):
+        return
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

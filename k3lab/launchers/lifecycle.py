@@ -22,6 +22,7 @@ from pathlib import Path
 
 import requests
 
+from k3lab import waits
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
@@ -229,33 +230,38 @@ def gate_ok(run: Run, gate: Gate) -> bool:
 
 def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) -> None:
     """Wait for the stage's gates; fail at once, naming it, when any process started so far has exited."""
-    deadline = time.monotonic() + timeout
     pending = list(stage.gates)
     procs = {p.id: p for p in run.plan.processes()}
-    last_alive_check = time.monotonic()
-    while pending:
-        pending = [g for g in pending if not gate_ok(run, g)]
+    last_alive_check = [time.monotonic()]
+
+    def passed() -> bool:
+        pending[:] = [g for g in pending if not gate_ok(run, g)]
         if not pending:
-            break
+            return True
         progress(stage.name, len(stage.gates) - len(pending), len(stage.gates), pending[0])
-        now = time.monotonic()
-        if now - last_alive_check > 2:
-            last_alive_check = now
-            living = alive_all(run, [procs[pid] for pid in started])
-            for pid in started:
-                if not living[pid]:
-                    tail = log_tail(run, procs[pid])
-                    raise GateFailed(f"stage {stage.name}: {pid} on {procs[pid].node} exited before "
-                                     f"{_describe(pending[0])}; last log lines:\n{tail}",
-                                     stage.name, procs[pid].node, pid, tail)
-        if now > deadline:
-            g = pending[0]
-            proc = procs.get(g.process) if g.process else None
-            tail = log_tail(run, proc) if proc else ""
-            raise GateFailed(f"stage {stage.name}: timed out after {timeout:.0f}s waiting for {_describe(g)} "
-                             f"({len(pending)} gate(s) pending); last log lines of {g.process}:\n{tail}",
-                             stage.name, proc.node if proc else None, g.process, tail)
-        time.sleep(0.25)
+        if time.monotonic() - last_alive_check[0] > 2:
+            last_alive_check[0] = time.monotonic()
+            _fail_on_exited(run, stage.name, [procs[pid] for pid in started], pending[0])
+        return False
+
+    if waits.poll(passed, timeout, 0.25):
+        return
+    g = pending[0]
+    proc = procs.get(g.process) if g.process else None
+    tail = log_tail(run, proc) if proc else ""
+    raise GateFailed(f"stage {stage.name}: timed out after {timeout:.0f}s waiting for {_describe(g)} "
+                     f"({len(pending)} gate(s) pending); last log lines of {g.process}:\n{tail}",
+                     stage.name, proc.node if proc else None, g.process, tail)
+
+
+def _fail_on_exited(run: Run, stage: str, started: list[Process], waiting: Gate) -> None:
+    """A started process that has exited fails its stage at once, naming it, instead of at the timeout."""
+    living = alive_all(run, started)
+    for proc in started:
+        if not living[proc.id]:
+            tail = log_tail(run, proc)
+            raise GateFailed(f"stage {stage}: {proc.id} on {proc.node} exited before {_describe(waiting)}; "
+                             f"last log lines:\n{tail}", stage, proc.node, proc.id, tail)
 
 
 def _describe(g: Gate) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pydantic_core
 
+from k3lab import outputs
 from k3lab.errors import InputError
 from k3lab.model import catalog, deviations
 from k3lab.model.catalog import OPTIONS, Scenario
@@ -591,37 +592,9 @@ def _proxy_stage(nodes: list[NodePlan], px: Process) -> Stage:
 # ------------------------------------------------------------------------------------ output
 
 
-# Output must never land in kernel pseudo-filesystems, whatever symlinks or bind mounts say.
-_FORBIDDEN_OUT = (Path("/proc"), Path("/sys"), Path("/dev"))
-
-
 def check_out(out: str | Path, force: bool = False) -> Path:
     """Validate ``--out`` before anything is rendered: absent, or an empty directory (any directory with force)."""
-    if str(out).strip() == "":
-        raise InputError("--out: empty path; give the directory to render into")
-    path = Path(out)
-    real = path.resolve()
-    for bad in _FORBIDDEN_OUT:
-        if real == bad or bad in real.parents:
-            raise InputError(f"--out {out}: refusing to write under {bad}")
-    if path.is_symlink():
-        raise InputError(f"--out {out}: is a symlink (to {os.readlink(path)}); give a real directory")
-    if path.exists():
-        if not path.is_dir():
-            raise InputError(f"--out {out}: exists and is not a directory")
-        try:
-            non_empty = any(path.iterdir())
-        except OSError as exc:
-            raise InputError(f"--out {out}: cannot read the directory ({exc.strerror})") from None
-        if non_empty and not force:
-            raise InputError(f"--out {out}: directory is not empty; choose a new directory or add --force to replace "
-                             f"its contents")
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: {ancestor} is not a writable directory")
-    return path
+    return outputs.check_dir(out, force)
 
 
 def _write_file(path: Path, text: str, mode: int) -> None:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from k3lab import __version__, paths
+from k3lab import __version__
 from k3lab.errors import UsageError
 from k3lab.launchers.sim import neighbours
 from k3lab.model import catalog, runs, siminventory
@@ -36,9 +36,9 @@ from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
+from k3lab.render import golden
 from k3lab.reports import gate
 
-GOLDEN = paths.GOLDEN
 RELEASES = Path(os.environ.get("K3LAB_RELEASES", Path.cwd() / "releases"))
 FILE = runs.RELEASE
 SLOTS = 3  # cycles at a time by default: on 2 cores, 3 slots overlap one cycle's waits with the others' work
@@ -72,12 +72,7 @@ def static_rows(sid: str, inventory: str | None, options: dict[str, str], target
     if inventory:
         rows.append({"id": "static.golden", "status": "na", "message": "a lab inventory renders its own values"})
         return rows
-    differ = []
-    for node in rendered.plan.nodes:
-        for art in node.artefacts:
-            golden = GOLDEN / sid / node.name / f"{art.name}.txt"
-            if not golden.is_file() or golden.read_text() != rendered.files[node.name][art.name]:
-                differ.append(f"{node.name}/{art.name}")
+    differ = golden.drift(rendered.plan, lambda node, name: rendered.files[node][name])
     rows.append({"id": "static.golden", "status": "fail" if differ else "pass",
                  "message": f"drifted from golden/: {', '.join(differ[:8])}" if differ else "equal to golden/"})
     return rows
