@@ -61,6 +61,15 @@ class Run:
     problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
 
     @property
+    def scenario(self) -> str | None:
+        """The scenario the run deployed: its plan's, else its run-state's."""
+        return (self.plan or {}).get("scenario") or self.state.get("scenario") or None
+
+    @property
+    def target(self) -> str | None:
+        return self.state.get("target") or (self.plan or {}).get("target") or None
+
+    @property
     def node_names(self) -> list[str]:
         return [str(n.get("name")) for n in self.plan.get("nodes", [])]
 

@@ -62,10 +62,10 @@ def _lab_run(run_dir: Path):
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a run directory")
     run = report.load(run_dir)
-    sid = (run.plan or {}).get("scenario") or run.state.get("scenario")
+    sid = run.scenario
     if not sid:
         raise UsageError(f"{run_dir}: no plan.json naming the scenario")
-    target = run.state.get("target") or (run.plan or {}).get("target")
+    target = run.target
     if target == "sim":
         raise UsageError(f"{run_dir}: a simulator run; its perf numbers are not comparable with a lab's and never "
                          "gate, so they make no baseline (record from a lab run: k3lab cycle ID -i lab.yaml -- --perf)")

@@ -45,11 +45,11 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
     if not any((p / f).is_file() for f in ("conformance-results.json", "junit.xml", "run-state.json")):
         raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)")
     run = report.load(p)
-    sid = (run.plan or {}).get("scenario") or run.state.get("scenario")
+    sid = run.scenario
     if not sid:
         raise UsageError(f"{path}: the run directory names no scenario (plan.json missing)")
     v = gate.evaluate_run(policy.for_scenario(sid), p)
-    return {"label": str(p), "kind": "run", "target": run.state.get("target", "?"),
+    return {"label": str(p), "kind": "run", "target": run.target or "?",
             "scenarios": {sid: v.to_json()}}
 
 
