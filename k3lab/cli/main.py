@@ -12,6 +12,7 @@ import sys
 
 from k3lab import errors
 from k3lab.errors import UsageError
+from k3lab.model import select
 from k3lab.model.select import _close, _kv, did_you_mean, load_inventory, scenario_id
 
 # Adding a subcommand: write one ``_add_<name>(sub)`` function that registers its subparser and sets
@@ -36,8 +37,8 @@ def build(args: argparse.Namespace, target: str | None = None):
     from k3lab.render import artefacts as render
 
     scenario_id(args.scenario)
+    tgt = select.target(args.scenario, target or getattr(args, "target", None), args.inventory)
     inv, name = load_inventory(args.scenario, args.inventory)
-    tgt = target or getattr(args, "target", None) or ("lab" if args.inventory is not None else "sim")
     return render.build(args.scenario, inv, _kv(args.option), tgt, inventory_name=name)
 
 
@@ -68,7 +69,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     out = render.check_out(args.out, force=args.force)
     rendered = build(args)
     written = render.write(rendered, out, force=args.force)
-    print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes into {written}")
+    where = "the simulator" if rendered.plan.target == "sim" else "a lab"
+    print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
+          f"({written / 'RUNBOOK.md'} says how to run them by hand)")
     return 0
 
 

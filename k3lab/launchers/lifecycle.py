@@ -249,7 +249,7 @@ def wait_stage(run: Run, stage, timeout: float, progress, started: list[str]) ->
     g = pending[0]
     proc = procs.get(g.process) if g.process else None
     tail = log_tail(run, proc) if proc else ""
-    raise GateFailed(f"stage {stage.name}: timed out after {timeout:.0f}s waiting for {_describe(g)} "
+    raise GateFailed(f"stage {stage.name}: timed out after {timeout:.0f}s waiting for {g.describe()} "
                      f"({len(pending)} gate(s) pending); last log lines of {g.process}:\n{tail}",
                      stage.name, proc.node if proc else None, g.process, tail)
 
@@ -260,16 +260,8 @@ def _fail_on_exited(run: Run, stage: str, started: list[Process], waiting: Gate)
     for proc in started:
         if not living[proc.id]:
             tail = log_tail(run, proc)
-            raise GateFailed(f"stage {stage}: {proc.id} on {proc.node} exited before {_describe(waiting)}; "
+            raise GateFailed(f"stage {stage}: {proc.id} on {proc.node} exited before {waiting.describe()}; "
                              f"last log lines:\n{tail}", stage, proc.node, proc.id, tail)
-
-
-def _describe(g: Gate) -> str:
-    return {"tcp": f"{g.target} to accept connections", "http": f"{g.target} to answer 200",
-            "log": f"'{g.target}' in the log of {g.process}",
-            "metaservice_capacity": f"{g.target} to report {g.expect} bytes of DRAM",
-            "proxy_instances": f"{g.target} to answer status ok with " +
-                               ", ".join(f"{n} {role} instance(s)" for role, n in (g.instances or {}).items())}[g.kind]
 
 
 class Progress:
@@ -287,7 +279,7 @@ class Progress:
             self.status.start()
 
     def __call__(self, stage: str, done: int, total: int, gate: Gate) -> None:
-        line = f"{stage}: {done}/{total} gates ready, {time.monotonic() - self.started:.1f}s, waiting for {_describe(gate)}"
+        line = f"{stage}: {done}/{total} gates ready, {time.monotonic() - self.started:.1f}s, waiting for {gate.describe()}"
         if self.status is not None:
             self.status.update(line)
         elif line.split(",")[0] != self.last:
@@ -344,9 +336,10 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
        keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never") -> Run:
     """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start."""
     from k3lab.model.select import load_inventory
+    from k3lab.model.select import target as target_of
 
+    tgt = target_of(scenario, target, inventory_path)
     inv, inv_name = load_inventory(scenario, inventory_path)
-    tgt = target or ("lab" if inventory_path else "sim")
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     started = time.monotonic()
     rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)

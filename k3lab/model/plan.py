@@ -141,6 +141,19 @@ class Gate(_Model):
     instances: dict[str, int] | None = Field(
         None, description="proxy_instances: /healthcheck prefill_instances and decode_instances to wait for")
 
+    def describe(self) -> str:
+        """What the gate waits for, in words (bring-up progress, gate failures and the runbook say the same)."""
+        if self.kind == "tcp":
+            return f"{self.target} to accept connections"
+        if self.kind == "http":
+            return f"{self.target} to answer 200"
+        if self.kind == "log":
+            return f"'{self.target}' in the log of {self.process}"
+        if self.kind == "metaservice_capacity":
+            return f"{self.target} to report {self.expect} bytes of DRAM"
+        return f"{self.target} to answer status ok with " + ", ".join(
+            f"{n} {role} instance(s)" for role, n in (self.instances or {}).items())
+
 
 class Stage(_Model):
     name: str

@@ -34,6 +34,16 @@ def scenario_id(value: str) -> str:
     return value
 
 
+def target(scenario: str, target: str | None, inventory: str | None) -> str:
+    """The target a command runs for: ``--target``, else lab with an inventory and sim without one.
+    A lab needs its inventory: without one the sim's bridge addresses would pass for a lab's."""
+    tgt = target or ("lab" if inventory is not None else "sim")
+    if tgt == "lab" and inventory is None:
+        raise UsageError(f"--target lab needs the lab's inventory (-i lab.yaml; k3lab init {scenario} "
+                         f"--out lab.yaml writes one)")
+    return tgt
+
+
 def load_inventory(scenario: str, path: str | None):
     from k3lab.model import inventory, siminventory
 

@@ -38,7 +38,7 @@ from k3lab.model.plan import (
     jsonable,
 )
 from k3lab.model.plan import flag as _flag
-from k3lab.render import memcache, profiles
+from k3lab.render import memcache, profiles, runbook
 from k3lab.render.families import Family, family
 from k3lab.render.scripts import PROXY_VARS, Cmd, Ctx
 from k3lab.render.shell import Line, Raw, Script, Unset, plain_words
@@ -623,13 +623,15 @@ def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create {parent} ({exc.strerror})") from None
     try:
-        if "plan.json" in rendered.files:
-            raise InputError("nodes.plan.json.name: 'plan.json' is reserved for the plan file")
+        for reserved in ("plan.json", runbook.NAME):
+            if reserved in rendered.files:
+                raise InputError(f"nodes.{reserved}.name: {reserved!r} is reserved for a file of the render")
         for node, files in rendered.files.items():
             (tmp / node).mkdir()
             for name, text in files.items():
                 _write_file(tmp / node / name, text, 0o755 if name.endswith((".sh", ".py")) else 0o644)
         _write_file(tmp / "plan.json", plan_json(rendered.plan), 0o644)
+        _write_file(tmp / runbook.NAME, runbook.text(rendered.plan), 0o644)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)

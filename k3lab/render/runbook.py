@@ -1,0 +1,201 @@
+"""RUNBOOK.md: how to run a render's scripts by hand, node by node, in the order ``k3lab up`` runs them.
+
+Everything comes from the :class:`~k3lab.model.plan.Plan`: its containers, artefacts, stages and gates
+are the data the bring-up engine (k3lab.launchers.lifecycle) walks, so the runbook and ``k3lab up``
+cannot disagree about the order or about what "ready" means. Each gate gets the command an operator
+types to check it by hand (curl for HTTP, bash's /dev/tcp for a bare port, grep for a log line).
+"""
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+from k3lab.model.plan import Gate, NodePlan, Plan, Process, Stage
+
+NAME = "RUNBOOK.md"
+
+_TEMPLATE = """\
+# Runbook: {{ plan.scenario }} ({{ plan.section }})
+
+{{ plan.title }}. Rendered for **{{ target_words }}** (inventory `{{ plan.inventory }}`).
+{% if plan.target == "sim" %}
+
+> These artefacts were rendered for the **simulator**: the addresses ({{ addresses }}) and NIC
+> `{{ nics }}` belong to the simulator's private bridge and do not exist in a lab. `k3lab up {{ plan.scenario }}`
+> runs them in containers on this machine. For real nodes, render from a lab inventory:
+> `k3lab init {{ plan.scenario }} --out lab.yaml`, fill it in, then
+> `k3lab render {{ plan.scenario }} -i lab.yaml --out DIR`.
+{% endif %}
+
+This is what `k3lab up` does, written out for an operator who runs the scripts by hand. The steps and
+readiness gates come from `plan.json` (`stages`), the same data `k3lab up` follows. Run the Docker
+commands from this directory; `DOCKER_HOST` points the Docker CLI at the node's endpoint (it reaches
+`ssh://` and `tcp://` endpoints itself; on the node itself leave it unset). First check the plan:
+`k3lab preflight {{ plan.scenario }}{{ inventory_arg }}`.
+{% if key_note %}
+
+If the deployment requires an API key, export it in each engine's shell as `VLLM_API_KEY` and in the
+proxy's as `OPENAI_API_KEY` (the kit passes `K3LAB_API_KEY` that way), and add
+`-H "Authorization: Bearer $VLLM_API_KEY"` to the `/v1/` checks below.
+{% endif %}
+
+## Nodes
+
+| node | role | rank | address | NIC | endpoint | container |
+|---|---|---|---|---|---|---|
+{% for n in plan.nodes %}
+| {{ n.name }} | {{ n.role }} | {{ n.rank }} | {{ n.address }} | {{ n.nic }} | `{{ n.endpoint }}` | `{{ n.container.name }}` |
+{% endfor %}
+
+## Step 1: containers (every node)
+
+The guide's `docker run` (detached: the kit runs the processes with `docker exec`; deviation
+`docker-detached`), then the node's scripts copied to where the plan puts them inside the container.
+Image: `{{ images }}` (present on every node, or `docker pull` it first).
+
+{% for n in nodes %}
+### {{ n.plan.name }}
+
+```
+{% if n.docker_host %}
+{{ n.docker_host }}
+{% endif %}
+bash {{ n.plan.name }}/docker_run.sh
+{% if n.dirs %}
+docker exec {{ n.container }} mkdir -p {{ n.dirs }}
+{% endif %}
+{% for src, dst in n.copies %}
+docker cp {{ src }} {{ n.container }}:{{ dst }}
+{% endfor %}
+```
+
+{% endfor %}
+## Step 2: start the processes, stage by stage
+
+Start every process of a stage, then wait until each of its gates passes before the next stage
+(`k3lab up` allows a stage the timeout shown). Each process runs in the node's interactive shell
+(`docker exec -it CONTAINER bash` reads `~/.bashrc`, where the image sets up CANN), in the background with
+its log where the checks read it.
+
+{% for st in stages %}
+### Stage {{ loop.index }}: {{ st.name }} (timeout {{ st.timeout }} s)
+
+{% for s in st.starts %}
+{{ loop.index }}. On **{{ s.node }}** ({{ s.proc.id }}{% if s.children %}; it starts {{ s.children }}{% endif %}):
+
+   ```
+{% if s.docker_host %}
+   {{ s.docker_host }}
+{% endif %}
+   docker exec -it {{ s.container }} bash
+   cd {{ s.cwd }} && nohup bash {{ s.script }} >> {{ s.log }} 2>&1 &
+   ```
+{% endfor %}
+
+Wait for:
+
+{% for g in st.gates %}
+- {{ g.node }}: {{ g.what }}
+  `{{ g.check }}`
+{% endfor %}
+
+{% endfor %}
+## Step 3: check, then tear down
+
+`k3lab check {{ plan.scenario }}{{ inventory_arg }}` runs the conformance suite against the deployment
+you started (it starts and stops nothing). Tear down on every node:
+
+```
+{% for n in nodes %}
+{% if n.docker_host %}{{ n.docker_host }}; {% endif %}docker rm -f {{ n.container }}
+{% endfor %}
+```
+{% if plan.deviations %}
+
+## Deviations from the guide in these artefacts
+
+{% for d in plan.deviations %}
+- `{{ d.id }}` ({{ d.scope }}): {{ d.what }}. Why: {{ d.why }}.
+{% endfor %}
+{% endif %}
+"""
+
+
+@dataclass
+class _NodeSteps:
+    plan: NodePlan
+    docker_host: str
+    container: str
+    dirs: str
+    copies: list[tuple[str, str]]
+
+
+def _docker_host(node: NodePlan) -> str:
+    """``export DOCKER_HOST=...`` for a remote endpoint; nothing for the local engine."""
+    ep = node.endpoint
+    return "" if ep.startswith("unix://") else f"export DOCKER_HOST={shlex.quote(ep)}"
+
+
+def _node_steps(node: NodePlan) -> _NodeSteps:
+    inside = [a for a in node.artefacts if a.path.startswith("/")]
+    dirs = sorted({posixpath.dirname(a.path) for a in inside}
+                  | {posixpath.dirname(p.log) for p in node.all_processes()})
+    return _NodeSteps(plan=node, docker_host=_docker_host(node), container=shlex.quote(node.container.name),
+                      dirs=" ".join(shlex.quote(d) for d in dirs),
+                      copies=[(shlex.quote(f"{node.name}/{a.name}"), shlex.quote(a.path)) for a in inside])
+
+
+def manual_check(gate: Gate, log_of: dict[str, str], docker_of: dict[str, str]) -> str:
+    """The command an operator runs to see whether ``gate`` passes, as the kit's probe decides it."""
+    if gate.kind == "tcp":  # curl cannot test a bare port; bash can, on any node
+        host, port = gate.target.rsplit(":", 1)
+        return f"timeout 2 bash -c '</dev/tcp/{host}/{port}' && echo open"
+    if gate.kind == "http":
+        return f"curl -sS -o /dev/null -w '%{{http_code}}\\n' {shlex.quote(gate.target)}   # 200"
+    if gate.kind == "log":
+        log = log_of.get(gate.process or "", "")
+        return f"{docker_of[gate.node]} grep -F {shlex.quote(gate.target)} {shlex.quote(log)}"
+    if gate.kind == "metaservice_capacity":
+        return (f"curl -sS {shlex.quote(gate.target)} | grep '^memcache_total_capacity_bytes.*dram'"
+                f"   # sums to {gate.expect}")
+    want = ", ".join(f'"{role}_instances": {n}' for role, n in (gate.instances or {}).items())
+    return f"curl -sS {shlex.quote(gate.target)}   # \"status\": \"ok\", {want}"
+
+
+def _start(proc: Process, node: NodePlan, steps: _NodeSteps) -> dict[str, object]:
+    return {"node": node.name, "proc": proc, "docker_host": steps.docker_host, "container": steps.container,
+            "cwd": shlex.quote(proc.cwd), "script": shlex.quote(proc.script or ""), "log": shlex.quote(proc.log),
+            "children": ", ".join(c.id for c in proc.children)}
+
+
+def _stage(stage: Stage, plan: Plan, steps: dict[str, _NodeSteps], log_of: dict[str, str],
+           docker_of: dict[str, str]) -> dict[str, object]:
+    procs = {p.id: p for p in plan.processes()}
+    starts = [_start(procs[pid], plan.node(procs[pid].node), steps[procs[pid].node]) for pid in stage.processes]
+    gates = [{"node": g.node, "what": g.describe(), "check": manual_check(g, log_of, docker_of)} for g in stage.gates]
+    return {"name": stage.name, "timeout": f"{stage.timeout_s:.0f}", "starts": starts, "gates": gates}
+
+
+def text(plan: Plan) -> str:
+    """The runbook of ``plan`` (jinja2, imported here: only ``k3lab render`` writes a runbook)."""
+    import jinja2
+
+    nodes = [_node_steps(n) for n in plan.nodes]
+    by_name = {s.plan.name: s for s in nodes}
+    procs = {p.id: p for p in plan.processes()}
+    log_of = {pid: p.log for pid, p in procs.items()}
+    docker_of = {s.plan.name: " ".join(filter(None, [s.docker_host.removeprefix("export "), "docker exec",
+                                                       s.container])) for s in nodes}
+    stages = [_stage(stage, plan, by_name, log_of, docker_of) for stage in plan.stages]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    lab = plan.target == "lab"
+    out = env.from_string(_TEMPLATE).render(
+        plan=plan, nodes=nodes, stages=stages,
+        target_words="a lab (each node its own Docker endpoint)" if lab else "the simulator",
+        inventory_arg=f" -i {shlex.quote(plan.inventory)}" if lab else "",
+        addresses=", ".join(n.address for n in plan.nodes), nics=", ".join(sorted({n.nic for n in plan.nodes})),
+        images=", ".join(sorted({n.container.image for n in plan.nodes})),
+        key_note=any(p.kind in ("engine", "launcher", "proxy") for p in procs.values()))
+    return out.rstrip("\n") + "\n"
