@@ -8,6 +8,7 @@ import pytest
 
 from k3lab.model import catalog, siminventory
 from k3lab.render import artefacts as render
+from k3lab.render import runbook
 from tests.golden_ext import GoldenArtefact
 
 
@@ -18,6 +19,7 @@ def _artefacts():
             for name, text in files.items():
                 yield pytest.param(text, id=f"{sid}/{node}/{name}")
         yield pytest.param(render.plan_json(rendered.plan), id=f"{sid}/plan.json")
+        yield pytest.param(runbook.text(rendered.plan), id=f"{sid}/{runbook.NAME}")
 
 
 @pytest.mark.parametrize("text", list(_artefacts()))
