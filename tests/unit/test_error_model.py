@@ -9,6 +9,7 @@ import pytest
 from k3lab import errors
 from k3lab.cli import main as cli
 from k3lab.launchers import lifecycle
+from k3lab.model.plan import Gate
 from k3lab.preflight import checks as preflight
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def test_gate_failed_carries_stage_node_process_and_log_tail(monkeypatch):
 
     proc = NS(id="vllm-0", node="node0")
     run = NS(plan=NS(processes=lambda: [proc]))
-    gate = NS(kind="tcp", target="10.0.0.1:8000", process="vllm-0", expect=None, instances=None)
+    gate = Gate.make(kind="tcp", node="n0", target="10.0.0.1:8000", process="vllm-0")
     monkeypatch.setattr(lifecycle, "gate_ok", lambda run, g: False)
     monkeypatch.setattr(lifecycle, "log_tail", lambda run, p: "engine said no")
     with pytest.raises(lifecycle.GateFailed) as caught:
