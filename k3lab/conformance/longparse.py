@@ -10,17 +10,14 @@ completion status."
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from k3lab.conformance import toolparse
+
 DEFAULT_OUTPUT = 16
 FINISHED = ("length", "stop")
-# npu-smi info, second row of each chip: "| 0     0   | 0000:9D:00.0 | 0   0 / 0   3402 / 65536 |";
-# A2 prints "| 0                         | 0000:C1:00.0  | 0   0    / 0   22283/ 32768 |" (no Phy-ID,
-# sometimes no space before the slash)
-_HBM_ROW = re.compile(r"^\|\s*\d+(?:\s+\d+)?\s*\|\s*[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*\|"
-                      r"\s*\d+\s+\d+\s*/\s*\d+\s+(\d+)\s*/\s*(\d+)\s*\|")
+
 
 
 @dataclass(frozen=True)
@@ -113,6 +110,6 @@ def failures(outcomes: list[Outcome], load: Workload) -> list[str]:
 
 
 def hbm_usage(npu_smi_info: str) -> list[tuple[int, int]]:
-    """(used, total) HBM in MB per chip, in the order ``npu-smi info`` lists them."""
-    return [(int(m.group(1)), int(m.group(2))) for line in npu_smi_info.splitlines()
-            if (m := _HBM_ROW.match(line.strip()))]
+    """(used, total) HBM in MB per chip, in the order ``npu-smi info`` lists them (every table
+    layout of the corpus: 98 and 116 columns, Bus-Id NA, ``61609/ 65536``)."""
+    return toolparse.hbm_usage(npu_smi_info)

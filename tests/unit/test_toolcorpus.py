@@ -1,0 +1,106 @@
+"""Every reader the checks use, over every sample of tests/corpus (real output with its source, and
+labelled constructed variants), against the result the sample's entry says a correct reader gives."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k3lab.conformance import longparse, toolparse
+from k3lab.launchers import versions
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+SAMPLES = yaml.safe_load((CORPUS / "corpus.yaml").read_text())["samples"]
+
+
+def _probe(section: str, text: str) -> dict:
+    return versions.parse_probe(f"{versions.MARK}{section}\n{text}{versions.MARK}end\n")
+
+
+def _npu_smi(text: str) -> dict:
+    info = toolparse.npu_smi_info(text)
+    head = "".join(text.splitlines(keepends=True)[:4])  # what the versions probe reads (head -n 4)
+    assert _probe("npu-smi", head)["npu_smi"] == (info.version if "npu-smi" in head else None)
+    assert longparse.hbm_usage(text) == [c.hbm for c in info.chips if c.hbm]
+    return {"version": info.version, "healths": info.healths, "hbm": [list(c.hbm) for c in info.chips if c.hbm],
+            "processes": len(info.processes), "unparsed": len(info.unparsed)}
+
+
+def _address(a: toolparse.Address) -> dict:
+    return {"address": a.address, "netmask": a.netmask, "link": a.link}
+
+
+def _ping(text: str) -> dict:
+    p = toolparse.ping(text)
+    return {"transmitted": p.transmitted, "received": p.received, "loss": p.loss,
+            "plane_errors": list(p.plane_errors), "ok": p.ok}
+
+
+READERS = {
+    "npu_smi_info": _npu_smi,
+    "link": toolparse.link,
+    "net_health": toolparse.net_health,
+    "ip": lambda t: _address(toolparse.ip(t)),
+    "vnic": lambda t: _address(toolparse.vnic(t)),
+    "tls": lambda t: asdict(toolparse.tls(t)),
+    "ping": _ping,
+    "busy": toolparse.busy,
+    "spod_info": toolparse.spod_info,
+    "driver_version": lambda t: _probe("driver", t)["driver"],
+    "cann_version": lambda t: _probe("cann", t)["cann"],
+}
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[s["file"] for s in SAMPLES])
+def test_reader_reports_the_ground_truth(sample):
+    text = (CORPUS / sample["file"]).read_text()
+    read = READERS[sample["reader"]]
+    if sample["expect"] == {"unparsed": True}:
+        with pytest.raises(toolparse.Unparsed):
+            read(text)
+    else:
+        assert read(text) == sample["expect"]
+
+
+def test_every_sample_is_sourced_and_every_file_listed():
+    for s in SAMPLES:
+        assert s["source"], s["file"]
+        assert s["real"] is False or s["source"].startswith("https://"), s["file"]
+        assert not s["real"] or not s["source"].startswith("constructed"), s["file"]
+    listed = {s["file"] for s in SAMPLES}
+    on_disk = {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*.txt")}
+    assert listed == on_disk
+
+
+def test_real_samples_cover_the_tools_and_platforms():
+    real = [s for s in SAMPLES if s["real"]]
+    by_reader = Counter("npu-smi" if s["reader"] == "npu_smi_info" else
+                        "hccn_tool" if s["file"].startswith("hccn_tool/") else s["reader"] for s in real)
+    assert by_reader["npu-smi"] >= 10
+    platforms = {s.get("platform") for s in real if s["reader"] == "npu_smi_info"}
+    assert {"A2", "A3", "310P"} <= platforms
+    drivers = {s["driver"][:2] for s in real if s["reader"] == "npu_smi_info" and s["driver"][:2].isdigit()}
+    assert {"23", "24", "25", "26"} <= drivers
+
+
+@pytest.mark.parametrize("state", toolparse.NET_HEALTH)
+def test_all_ten_net_health_states_are_read_and_only_success_is_healthy(state):
+    # constructed from hccn_tool's g_net_health_status[] table (ascend-components.md 3.2)
+    assert toolparse.net_health(f"net health status: {state}\n") == state
+
+
+@pytest.mark.parametrize("text", ["", "link status:", "link status: UP\nlink status: DOWN", "Segmentation fault"])
+def test_a_link_answer_the_reader_cannot_read_is_unparsed(text):
+    with pytest.raises(toolparse.Unparsed):
+        toolparse.link(text)
+
+
+@pytest.mark.parametrize("value", ["192.168.1.1; reboot", "$(id)", "256.1.1.1", "1.2.3", "", "192.168.1.1 x"])
+def test_an_address_that_is_not_ipv4_never_leaves_the_reader(value):
+    with pytest.raises(toolparse.Unparsed):
+        toolparse.vnic(f"vnic link status: UP\nvnic ipaddr: {value}\nvnic netmask: 255.255.255.0\n")
+    with pytest.raises(toolparse.Unparsed):
+        toolparse.ip(f"ipaddr:{value}\nnetmask:255.255.255.0\n")
