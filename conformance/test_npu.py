@@ -1,11 +1,14 @@
 """NPU and HCCL health through npu-smi and hccn_tool, as the vllm-ascend guides check it."""
 from __future__ import annotations
 
-import re
+import shlex
+from typing import Callable, TypeVar
 
 import pytest
 
-from k3lab.conformance import nodetools
+from k3lab.conformance import nodetools, toolparse
+
+T = TypeVar("T")
 
 HCCN = nodetools.HCCN
 
@@ -17,15 +20,25 @@ KIND = "environment"  # default class of a failure here
              "node; A2 and 950DT: per NPU) with every Health OK.")
 def test_npu_smi_devices_healthy(node, tools):
     out = tools[node.name].check_output("npu-smi info")
-    # "| 0     Ascend910  | OK |" (A3, one row per die), "| 0     910B3  | OK |" (A2), "| 0 | Ascend950DT | OK |"
-    healths = re.findall(r"^\|\s*\d+\s*\|?\s*\S+\s*\|\s*(OK|Warning|Alarm|Critical|UNKNOWN)\s*\|", out, re.M)
+    # every layout of tests/corpus (98/116 columns, Bus-Id NA, 950): k3lab.conformance.toolparse
+    try:
+        info = toolparse.npu_smi_info(out)
+    except toolparse.Unparsed as exc:
+        raise AssertionError(f"{node.name}: unparsed output of npu-smi info ({exc}); check the driver and "
+                             "the npu-smi mount of the container") from None
+    assert not info.unparsed, (
+        f"{node.name}: unparsed output of npu-smi info: {len(info.unparsed)} table row(s) not read, e.g. "
+        f"{info.unparsed[0].strip()!r}; check the driver (npu-smi info on the host):\n{out}")
+    healths = info.healths
     assert len(healths) == node.device_count, (
         f"{node.name}: npu-smi info prints {len(healths)} health rows, expected {node.device_count} for "
         f"{node.platform} (one per {'die' if node.platform == 'A3' else 'NPU'}); check the driver "
         f"(npu-smi info on the host) and the --device /dev/davinciN mounts of the container:\n{out}")
     bad = [i for i, h in enumerate(healths) if h != "OK"]
-    assert not bad, (f"{node.name}: device(s) {bad} report health {[healths[i] for i in bad]}, expected OK; "
-                     f"see npu-smi info -t health -i <card> for the error code, then reset or replace the NPU")
+    assert not bad, (f"{node.name}: device(s) {bad} (NPU, chip: "
+                     f"{[(info.chips[i].npu, info.chips[i].chip) for i in bad]}) report health "
+                     f"{[healths[i] for i in bad]}, expected OK; see npu-smi info -t health -i <card> for the error "
+                     "code, then reset or replace the NPU")
 
 
 def _per_device(tools, node, option: str) -> dict[int, str]:
@@ -41,35 +54,60 @@ def _per_device(tools, node, option: str) -> dict[int, str]:
     return result
 
 
-def _unhealthy(node, tools, option: str, healthy) -> tuple[int, dict[int, str]]:
-    """How many devices answered ``option``, and the answers that are not healthy."""
-    out = _per_device(tools[node.name], node, option)
-    return len(out), {d: t for d, t in out.items() if not healthy(t)}
+def _read(tools, node, option: str, reader: Callable[[str], T]) -> tuple[dict[int, T], dict[int, str]]:
+    """Each device's answer to ``option`` through ``reader``: device -> value, and device -> why it
+    was not read (no answer, still busy after the retries, or the reader's 'unparsed output')."""
+    answers = _per_device(tools, node, option)
+    values: dict[int, T] = {}
+    unread: dict[int, str] = {}
+    for dev in range(node.device_count):
+        text = answers.get(dev)
+        if text is None:
+            unread[dev] = "no answer"
+        elif toolparse.busy(text):
+            unread[dev] = f"still busy after the retries: {text[:120]!r}"
+        else:
+            try:
+                values[dev] = reader(text)
+            except toolparse.Unparsed as exc:
+                unread[dev] = f"unparsed output: {exc}"
+    return values, unread
+
+
+def _unread(node, option: str, unread: dict[int, str]) -> str:
+    return "; ".join(f"{node.name} device {d}: hccn_tool -i {d} {option}: {why}" for d, why in sorted(unread.items()))
 
 
 @pytest.mark.conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
 def test_hccn_links_up(node, tools):
-    answered, down = _unhealthy(node, tools, "-link -g", lambda t: "link status: UP" in t)
-    assert answered == node.device_count and not down, \
-        (f"{node.name}: {answered}/{node.device_count} devices answered; expected 'link status: UP', seen "
-         f"{down} (device -> output); check the cable and switch port of those devices")
+    links, unread = _read(tools[node.name], node, "-link -g", toolparse.link)
+    assert not unread, _unread(node, "-link -g", unread)
+    down = sorted(d for d, state in links.items() if state != "UP")
+    assert not down, (f"{node.name}: link DOWN on device(s) {down} (hccn_tool -i <device> -link -g), expected UP; "
+                      "check the cable and switch port of those devices")
 
 
 @pytest.mark.conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
 def test_hccn_net_health(node, tools):
-    answered, bad = _unhealthy(node, tools, "-net_health -g", lambda t: "net health status: Success" in t)
-    assert answered == node.device_count and not bad, \
-        (f"{node.name}: {answered}/{node.device_count} devices answered; expected 'net health status: Success', "
-         f"seen {bad} (device -> output); check the -netdetect address and the RoCE network")
+    states, unread = _read(tools[node.name], node, "-net_health -g", toolparse.net_health)
+    assert not unread, _unread(node, "-net_health -g", unread)
+    bad = {d: state for d, state in sorted(states.items()) if state != "Success"}
+    assert not bad, (f"{node.name}: net health not Success on device -> state {bad}; check the -netdetect address "
+                     "(hccn_tool -i <device> -netdetect -g), the link and the RoCE network")
 
 
 @pytest.mark.conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
 def test_hccn_device_addresses(node, tools):
-    option = "-vnic -g" if node.platform == "A3" else "-ip -g"
-    answered, bad = _unhealthy(node, tools, option, lambda t: re.search(r"ipaddr:[ \t]*\d", t))
-    assert answered == node.device_count and not bad, \
-        (f"{node.name}: {answered}/{node.device_count} devices answered {option}; expected an ipaddr, seen {bad} "
-         f"(device -> output); set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s")
+    vnic = node.platform == "A3"
+    option = "-vnic -g" if vnic else "-ip -g"
+    addrs, unread = _read(tools[node.name], node, option, toolparse.vnic if vnic else toolparse.ip)
+    assert not unread, _unread(node, option, unread)
+    bad = [f"{node.name} device {d}: " + (f"vnic link {a.link} (address {a.address or 'unset'})" if a.link not in (None, "UP")
+                                          else f"no address ({'vnic ipaddr 0.0.0.0' if vnic else 'none preset'})")
+           for d, a in sorted(addrs.items()) if not a.usable]
+    assert not bad, ("; ".join(bad) + f" (hccn_tool -i <device> {option}); "
+                     + ("set the vNIC with hccn_tool -i <device> -vnic -s and check the die's HCCS link" if vnic
+                        else "set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s"))
 
 
 @pytest.mark.conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")
@@ -81,14 +119,17 @@ def test_hccn_tls_consistent(plan, tools):
                             pool.map(lambda n: _per_device(tools[n.name], n, "-tls -g"), plan.nodes)))
     silent = [n.name for n in plan.nodes if len(per_node[n.name]) != n.device_count]
     assert not silent, f"hccn_tool -tls -g did not answer for every device on {silent}"
-    switches = {}
+    switches: dict[tuple[str, int], int | None] = {}
+    why: dict[tuple[str, int], str] = {}
     for node, devices in per_node.items():
         for dev, out in devices.items():
-            m = re.search(r"tls switch\[(\d)\]", out)
-            switches[(node, dev)] = m.group(1) if m else None
-    unparsed = sorted(k for k, v in switches.items() if v is None)
-    assert not unparsed, (f"hccn_tool -tls -g gave no 'tls switch[N]' on {unparsed[:8]}"
-                          f"{'...' if len(unparsed) > 8 else ''} (e.g. {per_node[unparsed[0][0]][unparsed[0][1]]!r}); "
+            try:  # "dev_id:N, tls switch[S]..." or (newer builds) "device N, tls switch[S]..."
+                switches[(node, dev)] = toolparse.tls(out).switch
+            except toolparse.Unparsed as exc:
+                switches[(node, dev)], why[(node, dev)] = None, str(exc)
+    unparsed = sorted(why)
+    assert not unparsed, (f"unparsed output of hccn_tool -tls -g on (node, device) {unparsed[:8]}"
+                          f"{'...' if len(unparsed) > 8 else ''} ({why[unparsed[0]]}); "
                           "check the driver version and the hccn_tool mount")
     values = set(switches.values())
     if len(values) > 1:
@@ -107,21 +148,25 @@ def _blocks(out: str, marker: str) -> dict[str, str]:
 
 
 def _addresses(tools, node, kinds: tuple[str, ...]) -> dict[int, dict[str, str]]:
-    """Device addresses of the given kinds ('ip', 'vnic'): device -> kind -> address."""
+    """Usable device addresses of the given kinds ('ip', 'vnic'): device -> kind -> address.
+
+    Only what the reader validated as IPv4 (an unset ``0.0.0.0``, a vNIC whose link is down and
+    anything unreadable are left out: the peer is then reported as having no address)."""
     devices: dict[int, dict[str, str]] = {}
     for kind in kinds:
-        for dev, text in _per_device(tools, node, f"-{kind} -g").items():
-            # [ \t]*, not \s*: an unset address ("vnic ipaddr: " then a newline) must not match the next line
-            m = re.search(r"vnic ipaddr:[ \t]*(\d\S*)" if kind == "vnic" else r"^ipaddr:[ \t]*(\d\S*)", text, re.M)
-            if m:
-                devices.setdefault(dev, {})[kind] = m.group(1)
+        addrs, _ = _read(tools, node, f"-{kind} -g", toolparse.vnic if kind == "vnic" else toolparse.ip)
+        for dev, a in addrs.items():
+            if a.usable and a.address:
+                devices.setdefault(dev, {})[kind] = a.address
     return devices
 
 
 def _super_pod(tools) -> str | None:
     res = tools.run(nodetools.SPOD)
-    m = re.search(r"Super Pod ID\s*:\s*(\d+)", res.stdout + res.stderr)
-    return m.group(1) if m else None
+    try:
+        return str(toolparse.spod_info(res.stdout + res.stderr)["Super Pod ID"])
+    except toolparse.Unparsed:
+        return None
 
 
 def _sample_seed(run_dir) -> int:
@@ -171,7 +216,8 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
         def once(keys):
             # a leading marker line: the first pair's answer never depends on the start of the stream
             script = "echo '@@ start'; " + "; ".join(
-                f"echo '@@ {k}'; " + nodetools.hccn(todo[k][0], f"{todo[k][3]} -g address {todo[k][4]}") for k in keys)
+                f"echo '@@ {k}'; " + nodetools.hccn(todo[k][0], f"{todo[k][3]} -g address {shlex.quote(todo[k][4])}")
+                for k in keys)
             return _blocks(hosts[name].run(script).stdout, "@@ ")
 
         got = once(list(todo)) if todo else {}
@@ -205,21 +251,29 @@ def _ping_pairs(nodes, facts, r: int) -> tuple[dict[str, list[tuple]], list[str]
             verb, kind = ("-hccs_ping", "vnic") if same_pod else ("-ping", "ip")
             target = facts[b.name][0].get(e, {}).get(kind)
             if target is None:
-                failures.append(f"{b.name} device {e}: no {kind} address (hccn_tool -i {e} -{kind} -g); "
-                                f"set it in /etc/hccn.conf")
+                failures.append(f"{b.name} device {e}: no usable {kind} address (hccn_tool -i {e} -{kind} -g: "
+                                "unset, link down or unreadable); set it in /etc/hccn.conf")
                 continue
             pairs.setdefault(a.name, []).append((d, b.name, e, verb, target))
     return pairs, failures
 
 
 def _lossy_pairs(pairs: dict[str, list[tuple]], answers: dict[str, dict[str, str]]) -> list[str]:
+    """Pairs whose ping lost packets, carried a non-zero L1 plane check result, stayed busy after
+    the retries, or printed no summary the reader can read."""
     failures = []
     for name, todo in pairs.items():
         for k, (d, peer, e, verb, target) in enumerate(todo):
             text = answers[name].get(str(k), "")
-            if not re.search(r"\b0\.00% packets? loss", text):
-                seen = (text.splitlines() or ["no answer"])[-1] if verb == "-ping" else next(
-                    (ln for ln in text.splitlines() if "packets transmitted" in ln), text[-120:] or "no answer")
-                failures.append(f"{name} device {d} -> {peer} device {e} ({verb} {target}): expected 0.00% loss, "
-                                f"seen '{seen}'")
+            pair = f"{name} device {d} -> {peer} device {e} ({verb} {target})"
+            if toolparse.busy(text):
+                failures.append(f"{pair}: still busy after the retries: {text.strip()[:120]!r}")
+                continue
+            try:
+                result = toolparse.ping(text)
+            except toolparse.Unparsed as exc:
+                failures.append(f"{pair}: unparsed output: {exc}")
+                continue
+            if not result.ok:
+                failures.append(f"{pair}: expected 0.00% loss and L1 plane check result 0x0, seen {result.describe()}")
     return failures

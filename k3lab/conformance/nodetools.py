@@ -22,6 +22,7 @@ import shlex
 import threading
 from pathlib import Path
 
+from k3lab.conformance.toolparse import BUSY
 from k3lab.launchers.endpoints import CommandResult, FileState
 
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -29,6 +30,7 @@ DIR_ENV = "K3LAB_NODE_TOOLS_DIR"
 BATCH_TIMEOUT_S = 300  # ~100 tool calls per node, each retried while hccn_tool answers busy
 PROC_CMDLINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"  # ps is absent in slim images
 SPOD = "npu-smi info -t spod-info -i 0 -c 0"
+BUSY_PATTERNS = "|".join(f"*{shlex.quote(b)}*" for b in BUSY)  # shell case patterns
 
 
 def retrying(cmd: str) -> str:
@@ -36,10 +38,11 @@ def retrying(cmd: str) -> str:
     print its output.
 
     hccn_tool is not re-entrant: a call that answers busy did nothing, so a concurrent user of
-    the node's tool must not fail the check. An empty answer is retried too: under load one call
-    in a few hundred printed nothing."""
+    the node's tool must not fail the check. Both busy wordings are retried ("hccn_tool is busy",
+    and -hccs_ping's "The device is occupied. Please try again later."). An empty answer is
+    retried too: under load one call in a few hundred printed nothing."""
     # case, not grep: a hundred calls per node, and no extra process per call
-    return (f"n=0; while out=$({cmd} 2>&1); case \"$out\" in ''|*'hccn_tool is busy'*) [ $n -lt 20 ];; *) false;; esac; "
+    return (f"n=0; while out=$({cmd} 2>&1); case \"$out\" in ''|{BUSY_PATTERNS}) [ $n -lt 20 ];; *) false;; esac; "
             f"do n=$((n+1)); sleep 0.2; done; echo \"$out\"")
 
 

@@ -28,7 +28,7 @@ class _Host:
         if m and m.group(2) == "ip":
             return f"ipaddr:10.88.{self.index}.{m.group(1)}\nnetmask:255.255.0.0\n"
         if m and m.group(2) == "vnic":
-            return f"vnic link status: UP\nvnic ipaddr: 10.89.{self.index}.{m.group(1)}\n"
+            return f"vnic link status: UP\nvnic ipaddr: 10.89.{self.index}.{m.group(1)}\nvnic netmask: 255.255.0.0\n"
         return "link status: UP\n"
 
     def batch(self, commands, timeout=None):
@@ -40,8 +40,8 @@ class _Host:
         out = ["@@ start"]
         for k, part in enumerate(script.split("; echo '@@ ")[1:]):
             target = re.search(r"-g address (\S+)", part).group(1)
-            loss = "100.00%" if target in self.down else "0.00%"
-            out += [f"@@ {k}", f"3 packets transmitted, 0 received, {loss} packets loss"]
+            got, loss = (0, "100.00%") if target in self.down else (3, "0.00%")
+            out += [f"@@ {k}", f"3 packets transmitted, {got} received, {loss} packets loss"]
         return CommandResult(script, 0, "\n".join(out) + "\n", "", self.name)
 
 
