@@ -44,7 +44,7 @@ def _suite(run: Run, args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from k3lab.model.select import _kv
 
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull)
+    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull, strict=args.strict)
     if not args.keep:
         collect(run)
         down(run)
@@ -58,7 +58,7 @@ def cmd_cycle(args: argparse.Namespace) -> int:
 
     fault = _fault(args)
     run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull,
-             sim_faults=fault.at_start if fault else None)
+             sim_faults=fault.at_start if fault else None, strict=args.strict)
     code = 1
     try:
         if fault and fault.running:

@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from k3lab import errors
+from k3lab import errors, formats
 from k3lab.errors import UsageError
 from k3lab.model import select
 from k3lab.model.select import _close, _kv, did_you_mean, load_inventory, scenario_id
@@ -76,30 +76,40 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    import json
-
     from k3lab.preflight import checks as preflight
 
     if args.list:
         from k3lab.preflight import labchecks
 
-        for c in preflight.catalogue() + labchecks.catalogue():
-            print(f"{c['id']:16} {c['severity']:8} {c['must']}\n{'':25} remedy: {c['remedy']}")
+        formats.emit(args, {"checks": preflight.catalogue() + labchecks.catalogue()}, _print_check_list)
         return 0
     if not args.scenario:
         raise UsageError("preflight: give a SCENARIO or --list")
+    inv, _ = load_inventory(args.scenario, args.inventory) if args.inventory else (None, None)
     rendered = build(args)
     findings = preflight.run(rendered.plan, rendered.files, sim_subnet=rendered.sim_subnet)
-    if args.json:
-        print(json.dumps([f.__dict__ for f in findings], indent=2))
-    else:
-        for f in findings:
-            where = f" [{', '.join(f.nodes)}]" if f.nodes else ""
-            print(f"{f.severity.upper():7} {f.check}{where}: {f.message}")
-        errs = len(preflight.errors(findings))
-        print(f"preflight {args.scenario}: {len(preflight.CHECKS)} checks, {errs} error(s), "
-              f"{len(findings) - errs} warning(s)")
-    return errors.CHECKS_FAILED if preflight.errors(findings) else errors.OK
+    outcome = preflight.judge(findings, inv.accept if inv is not None else [])
+    doc = preflight.report(rendered.plan, outcome, args.strict)
+    formats.emit(args, doc, _print_preflight)
+    return errors.CHECKS_FAILED if doc["verdict"] == "FAIL" else errors.OK
+
+
+def _print_check_list(doc: dict) -> None:
+    for c in doc["checks"]:
+        print(f"{c['id']:16} {c['severity']:8} {c['must']}\n{'':25} remedy: {c['remedy']}")
+
+
+def _print_preflight(doc: dict) -> None:
+    for f in doc["findings"]:
+        where = f" [{', '.join(f['nodes'])}]" if f["nodes"] else ""
+        print(f"{f['severity'].upper():7} {f['check']}{where}: {f['message']} Remedy: {f['remedy']}")
+    for a in doc["accepted"]:
+        print(f"ACCEPTED {a['check']} [{', '.join(a['nodes'])}]: {a['message']} (accepted: {a['reason']})")
+    for a in doc["acceptances_without_effect"]:
+        print(f"NOTE    acceptance of {a['check']} has no effect: {a['why']}")
+    strict = " (--strict: warnings fail)" if doc["strict"] else ""
+    print(f"preflight {doc['scenario']}: {doc['checks']} checks, {doc['errors']} error(s), {doc['warnings']} "
+          f"warning(s), {len(doc['accepted'])} accepted{strict}: {doc['verdict']}")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -162,6 +172,11 @@ def _pull_arg(p: argparse.ArgumentParser) -> None:
                    help="lab: image pull policy on each node (default never: the image must be there)")
 
 
+def _strict_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="warnings fail too (exit 1), except those the inventory or policy accepts with a reason")
+
+
 def _target_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=["sim", "lab"],
                    help="sim: every node a container on the local engine; lab: each node's own endpoint "
@@ -188,7 +203,8 @@ def _add_preflight(sub) -> None:
     p = sub.add_parser("preflight", help="static checks on the rendered plan (no Docker); exit 1 on errors")
     _scenario_args(p, required=False)
     p.add_argument("--list", action="store_true", help="list every check: ID, severity, MUST, remedy")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    _strict_arg(p)
+    formats.add(p, json_alias=True)
     _target_arg(p)
     p.set_defaults(fn=cmd_preflight)
 
@@ -229,6 +245,7 @@ def _add_up(sub) -> None:
     _scenario_args(p)
     _target_arg(p)
     p.add_argument("--keep", action="store_true", help="leave the deployment up")
+    _strict_arg(p)
     _pull_arg(p)
     p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_up"))
 
@@ -242,6 +259,7 @@ def _add_cycle(sub) -> None:
                    help="time limit of the conformance suite (default 1800)")
     p.add_argument("--inject", metavar="FAULT",
                    help="sim only: inject a live fault of the catalog (k3lab faults --list), to prove a gate fails")
+    _strict_arg(p)
     _pull_arg(p)
     p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_cycle"))
 
@@ -291,6 +309,7 @@ def _add_release(sub) -> None:
                    help="cycles at a time (default 3; on the sim fewer when the host's ARP table cannot hold "
                         "the largest topologies at once, see the warning)")
     p.add_argument("--out", metavar="DIR", help="release directory (default releases/<timestamp>)")
+    _strict_arg(p)
     p.add_argument("--static-only", action="store_true", help="render, preflight and golden only (no Docker)")
     p.add_argument("--inject", action="append", default=[], metavar="SCENARIO=FAULT",
                    help="sim only: run SCENARIO with a live fault of the catalog (proves the gate fails)")

@@ -333,8 +333,9 @@ def _runs_on_our_subnets(client, plan: Plan) -> tuple[set[str | None], set[str |
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
-       keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never") -> Run:
-    """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start."""
+       keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never", strict: bool = False) -> Run:
+    """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start.
+    ``strict``: a preflight warning the inventory does not accept stops the run before anything starts."""
     from k3lab.model.select import load_inventory
     from k3lab.model.select import target as target_of
 
@@ -343,7 +344,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     started = time.monotonic()
     rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)
-    _refuse_preflight_errors(rendered, inv.sim.subnet)
+    checked = _refuse_preflight_errors(rendered, inv, strict)
     plan = rendered.plan
     _refuse_collision(plan)
     if tgt == "sim" and (warning := neighbours.warning([plan])):
@@ -351,10 +352,11 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     run_dir = RUNS / run_id
     render.write(rendered, run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))
+    (run_dir / "preflight.json").write_text(json.dumps(checked, indent=2) + "\n")  # the reports list its acceptances
     run = Run(run_id, run_dir, plan, rendered, _backend(plan, run_id, inv, sim_faults), {"render_preflight_s": time.monotonic() - started})
     run.save("starting")
     if tgt == "lab":
-        _lab_preflight(run, pull)
+        _lab_preflight(run, pull, inv.accept, strict)
     _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
@@ -379,12 +381,25 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         signal.signal(signal.SIGTERM, previous)
 
 
-def _refuse_preflight_errors(rendered, sim_subnet) -> None:
-    errors = preflight.errors(preflight.run(rendered.plan, rendered.files, sim_subnet=sim_subnet))
-    if errors:
-        for f in errors:
-            print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
-        raise ChecksFailed(f"preflight failed with {len(errors)} error(s); nothing was started")
+def _refuse_preflight_errors(rendered, inv, strict: bool) -> dict:
+    """The static preflight; its document (findings, accepted ones) unless it fails, then nothing starts."""
+    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
+    outcome = preflight.judge(findings, inv.accept)
+    _say_outcome(outcome)
+    if outcome.failed(strict):
+        raise ChecksFailed(f"preflight failed with {len(outcome.errors)} error(s)"
+                           f"{f' and {len(outcome.warnings)} warning(s) under --strict' if strict else ''}; "
+                           f"nothing was started")
+    return preflight.report(rendered.plan, outcome, strict)
+
+
+def _say_outcome(outcome) -> None:
+    for f in outcome.errors:
+        print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+    for f in outcome.warnings:
+        print(f"WARNING {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+    for f, a in outcome.accepted:
+        print(f"ACCEPTED {f.check} [{', '.join(f.nodes)}]: accepted: {a.reason}", file=sys.stderr)
 
 
 def _create_containers(run: Run) -> None:
@@ -426,7 +441,7 @@ def _launch_stages(run: Run, progress: Progress) -> None:
         _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
 
 
-def _lab_preflight(run: Run, pull: str) -> None:
+def _lab_preflight(run: Run, pull: str, acceptances=(), strict: bool = False) -> None:
     """Ask every node's endpoint before anything starts (k3lab.launchers.labpreflight); nothing runs on errors."""
     from k3lab.launchers import labpreflight
 
@@ -435,15 +450,13 @@ def _lab_preflight(run: Run, pull: str) -> None:
     findings = labpreflight.run(run.plan, run.backend.pool, run.id, pull)
     run.timings["lab_preflight_s"] = time.monotonic() - t
     (run.dir / "lab-preflight.json").write_text(json.dumps([f.__dict__ for f in findings], indent=2))
-    errors = preflight.errors(findings)
-    for f in findings:
-        if f.severity != "error":
-            print(f"WARNING {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
-    if errors:
-        for f in errors:
-            print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
+    outcome = preflight.judge(findings, acceptances)
+    _say_outcome(outcome)
+    if outcome.failed(strict):
         run.save("preflight-failed")
-        raise ChecksFailed(f"lab preflight failed with {len(errors)} error(s); nothing was started")
+        raise ChecksFailed(f"lab preflight failed with {len(outcome.errors)} error(s)"
+                           f"{f' and {len(outcome.warnings)} warning(s) under --strict' if strict else ''}; "
+                           f"nothing was started")
     _log(f"lab preflight: {len(run.plan.nodes)} endpoints checked in {run.timings['lab_preflight_s']:.1f}s")
 
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from k3lab.errors import InputError
+from k3lab.model.accept import AcceptedFinding
 
 Role = Literal["mixed", "prefill", "decode", "metaservice"]
 
@@ -287,6 +288,11 @@ class Inventory(_Strict):
     lab: Lab = Field(Lab.model_construct(), description="lab target access (ignored on the sim)")
     nodes: list[Node] = Field(min_length=1, max_length=MAX_NODES, description="the hosts; counts per role must "
                               "match the scenario (k3lab list)")
+    accept: list[AcceptedFinding] = Field(default_factory=list, max_length=256, description="preflight warnings "
+                                          "this lab accepts on purpose, by check id and node, each with a reason "
+                                          "(--strict fails on the others; every report lists them)",
+                                          examples=[[{"check": "PF-ADDR-PLACEHOLDER", "nodes": ["p0"],
+                                                      "reason": "staging lab on the documentation network"}]])
 
     @field_validator("image")
     @classmethod
@@ -318,6 +324,12 @@ class Inventory(_Strict):
                 close = _close(value, sorted(seen_names), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f" (nodes: {', '.join(sorted(seen_names))})"
                 raise ValueError(f"{field}: {value!r} is not a node in this inventory{hint}")
+        for i, acc in enumerate(self.accept):
+            for value in acc.nodes:
+                if value not in seen_names:
+                    close = _close(value, sorted(seen_names), n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else f" (nodes: {', '.join(sorted(seen_names))})"
+                    raise ValueError(f"accept.{i}.nodes: {value!r} is not a node in this inventory{hint}")
         return self
 
     def by_role(self, role: Role) -> list[Node]:
@@ -329,7 +341,8 @@ class Inventory(_Strict):
 
 # -------------------------------------------------------------------------------- messages
 
-_SECTIONS: dict[str, type[BaseModel]] = {"nodes": Node, "ports": Ports, "paths": Paths, "sim": Sim, "lab": Lab}
+_SECTIONS: dict[str, type[BaseModel]] = {"nodes": Node, "ports": Ports, "paths": Paths, "sim": Sim, "lab": Lab,
+                                          "accept": AcceptedFinding}
 
 
 def _model_at(loc: tuple) -> type[BaseModel]:

@@ -20,6 +20,8 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
       accepted_deviations:         # plan.json deviations (id glob) a release accepts
         - {id: "sim-*", reason: "simulator-only substitution"}
       unaccepted_deviation: block  # level of a deviation not listed above
+      accepted_findings:           # preflight warnings accepted on purpose (release --strict fails on others)
+        - {check: PF-ADDR-PLACEHOLDER, nodes: [p0], reason: "why, in words (mandatory)"}
     scenarios:                     # per scenario id: the same keys, merged over defaults
       a3_pd_pooled: {checks: {...}}
 
@@ -49,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from k3lab import paths
 from k3lab.errors import InputError
 from k3lab.model import catalog
+from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 20
@@ -112,6 +115,9 @@ class ScenarioPolicy(_Strict):
     versions: list[VersionRule] = []
     accepted_deviations: list[AcceptedDeviation] = []
     unaccepted_deviation: Level | None = None
+    accepted_findings: list[AcceptedFinding] = Field(
+        default_factory=list, description="preflight warnings accepted on purpose (check id, nodes, mandatory reason): release "
+        "--strict fails on the others, every report lists them")
 
 
 class Policy(_Strict):
@@ -152,19 +158,20 @@ class Effective:
         self.tolerance: float = data["tolerance"]
         self.versions: list[VersionRule] = data["versions"]
         self.accepted: list[AcceptedDeviation] = data["accepted_deviations"]
+        self.accepted_findings: list[AcceptedFinding] = data["accepted_findings"]
 
     @classmethod
     def merge(cls, sid: str, base: ScenarioPolicy, over: ScenarioPolicy | None) -> Effective:
         layers = [base] + ([over] if over else [])
         data: dict[str, Any] = dict(cls.BUILTIN, areas={}, checks={}, not_applicable=[], versions=[],
-                                    accepted_deviations=[], threshold=0.97, tolerance=1.0)
+                                    accepted_deviations=[], accepted_findings=[], threshold=0.97, tolerance=1.0)
         for layer in layers:
             for key in ("must", "other", "static", "unaccepted_deviation"):
                 if getattr(layer, key) is not None:
                     data[key] = getattr(layer, key)
             data["areas"] = {**data["areas"], **layer.areas}
             data["checks"] = {**data["checks"], **layer.checks}
-            for key in ("not_applicable", "versions", "accepted_deviations"):
+            for key in ("not_applicable", "versions", "accepted_deviations", "accepted_findings"):
                 data[key] = data[key] + list(getattr(layer, key))
             if layer.perf.threshold is not None:
                 data["threshold"] = layer.perf.threshold

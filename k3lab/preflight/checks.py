@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 from k3lab import paths
+from k3lab.errors import InputError
+from k3lab.model import accept
+from k3lab.model.accept import AcceptedFinding
 from k3lab.model.catalog import DEVICES
 from k3lab.model.plan import Plan, Process, flag
 from k3lab.render.scripts import PROXY_VARS as SCRIPT_PROXY_VARS
@@ -740,3 +743,36 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error"]
 
 
+
+
+def finding_json(f: Finding) -> dict[str, object]:
+    """A finding with its remedy apart from the message (the text output joins them)."""
+    remedy = next((c.remedy for c in CHECKS if c.id == f.check), "")
+    message = f.message.removesuffix(f" Remedy: {remedy}") if remedy else f.message
+    return {"check": f.check, "severity": f.severity, "nodes": list(f.nodes), "message": message, "remedy": remedy}
+
+
+def judge(findings: Iterable[Finding], acceptances: Iterable[AcceptedFinding]) -> accept.Outcome:
+    """Findings split into errors, open warnings and accepted warnings. An acceptance must name a known
+    check id (a typo would silently accept nothing): an unknown one is an input error with a did-you-mean."""
+    from k3lab.model.select import did_you_mean
+    from k3lab.preflight import labchecks
+
+    accs = list(acceptances)
+    known = [c["id"] for c in catalogue() + labchecks.catalogue()]
+    for acc in accs:
+        if acc.check not in known:
+            raise InputError("accepted finding: " + did_you_mean(acc.check, known, "check id") +
+                             "; see k3lab preflight --list")
+    return accept.apply(findings, accs)
+
+
+def report(plan: Plan, outcome: accept.Outcome, strict: bool) -> dict[str, object]:
+    """The preflight document: ``k3lab preflight --format json`` prints it, a run keeps it as preflight.json."""
+    failed = outcome.failed(strict)
+    return {"scenario": plan.scenario, "target": plan.target, "strict": strict, "checks": len(CHECKS),
+            "verdict": "FAIL" if failed else "PASS", "errors": len(outcome.errors), "warnings": len(outcome.warnings),
+            "findings": [finding_json(f) for f in outcome.errors + outcome.warnings],
+            "accepted": [{**finding_json(f), "reason": a.reason} for f, a in outcome.accepted],
+            "acceptances_without_effect": [{"check": a.check, "nodes": a.nodes, "reason": a.reason,
+                                            "why": "an error cannot be accepted"} for a in outcome.ignored]}

@@ -59,6 +59,7 @@ class Run:
     exitstatus: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
+    preflight: dict[str, Any] = field(default_factory=dict)  # preflight.json: findings, accepted ones
 
     @property
     def scenario(self) -> str | None:
@@ -123,6 +124,7 @@ def load(run_dir: str | Path) -> Run:
     run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {},
               problems)
     run.tests = [_normalise(t, run.node_names) for t in tests]
+    run.preflight = _json(run_dir / "preflight.json")
     return run
 
 
@@ -269,6 +271,7 @@ def summary_md(run: Run) -> str:
     evidence = _evidence_files(run)
     for t in fails:
         lines += _failure_md(t, evidence)
+    lines += _preflight_md(run)
     lines += ["## Deviations from the guides", ""]
     devs = p.get("deviations") or []
     lines += [f"- {md(d.get('id', '?'))} ({md(d.get('scope', '?'))}): {md(d.get('what', ''))}. "
@@ -278,6 +281,23 @@ def summary_md(run: Run) -> str:
               for group, files in evidence.items()]
     lines += ["", f"Generated {_now()} by k3lab {md(__version__)}; report.html has the topology picture.", ""]
     return redact("\n".join(lines))
+
+
+def _preflight_md(run: Run) -> list[str]:
+    """The preflight's warnings and the findings the inventory accepted, each with its reason."""
+    pf = run.preflight
+    if not pf:
+        return []
+    lines = ["## Preflight", "", f"{pf.get('checks', '?')} checks, {pf.get('errors', 0)} error(s), "
+             f"{pf.get('warnings', 0)} warning(s), {len(pf.get('accepted') or [])} accepted"
+             f"{' (--strict)' if pf.get('strict') else ''}.", ""]
+    for f in pf.get("findings") or []:
+        lines.append(f"- {md(str(f.get('severity', '')).upper())} {md(f.get('check'))} "
+                     f"[{md(', '.join(f.get('nodes') or []))}]: {md(f.get('message'))}")
+    for a in pf.get("accepted") or []:
+        lines.append(f"- ACCEPTED {md(a.get('check'))} [{md(', '.join(a.get('nodes') or []))}]: "
+                     f"{md(a.get('message'))} Reason: {md(a.get('reason'))}")
+    return lines + [""]
 
 
 def _results_md(run: Run) -> list[str]:

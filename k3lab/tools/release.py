@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from k3lab import __version__
 from k3lab.errors import UsageError
 from k3lab.launchers.sim import neighbours
 from k3lab.model import catalog, runs, siminventory
+from k3lab.model.accept import AcceptedFinding
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
 from k3lab.preflight import checks as preflight
@@ -51,8 +53,10 @@ def _log(msg: str) -> None:
 # ------------------------------------------------------------------------------------- static
 
 
-def static_rows(sid: str, inventory: str | None, options: dict[str, str], target: str) -> list[dict[str, Any]]:
-    """render / preflight / golden of one scenario, as gate rows."""
+def static_rows(sid: str, inventory: str | None, options: dict[str, str], target: str, strict: bool = False,
+                accepted: Sequence[AcceptedFinding] = ()) -> list[dict[str, Any]]:
+    """render / preflight / golden of one scenario, as gate rows. ``strict``: a preflight warning neither the
+    inventory nor the policy (``accepted``) accepts fails the preflight row."""
     from k3lab.model.select import load_inventory
 
     rows: list[dict[str, Any]] = []
@@ -64,11 +68,13 @@ def static_rows(sid: str, inventory: str | None, options: dict[str, str], target
     rows.append({"id": "static.render", "status": "pass",
                  "message": f"{len(rendered.plan.nodes)} nodes, {sum(len(f) for f in rendered.files.values())} files"})
     findings = preflight.run(rendered.plan, rendered.files)
-    errors = preflight.errors(findings)
-    warns = [f for f in findings if f not in errors]
-    msg = "; ".join(f"{f.check} [{', '.join(f.nodes)}]: {f.message}" for f in errors) or \
-        f"{len(preflight.CHECKS)} checks, 0 errors, {len(warns)} warning(s)"
-    rows.append({"id": "static.preflight", "status": "fail" if errors else "pass", "message": msg})
+    outcome = preflight.judge(findings, [*inv.accept, *accepted])
+    failing = outcome.errors + (outcome.warnings if strict else [])
+    msg = "; ".join(f"{f.check} [{', '.join(f.nodes)}]: {f.message}" for f in failing) or \
+        f"{len(preflight.CHECKS)} checks, 0 errors, {len(outcome.warnings)} warning(s)"
+    msg += "".join(f"; accepted {f.check} [{', '.join(f.nodes)}]: {a.reason}" for f, a in outcome.accepted)
+    rows.append({"id": "static.preflight", "status": "fail" if outcome.failed(strict) else "pass", "message": msg,
+                 "accepted": preflight.report(rendered.plan, outcome, strict)["accepted"]})
     if inventory:
         rows.append({"id": "static.golden", "status": "na", "message": "a lab inventory renders its own values"})
         return rows
@@ -157,13 +163,14 @@ class Live:
 def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "sim",
                 inventories: dict[str, str] | None = None, jobs: int | None = None, live: bool = True,
                 inject: dict[str, str] | None = None, timeout: float = 1800, pytest_extra: list[str] | None = None,
-                policy_source: str = "default") -> dict[str, Any]:
+                policy_source: str = "default", strict: bool = False) -> dict[str, Any]:
     inventories = inventories or {}
     inject = inject or {}
     out.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
-    static = {sid: static_rows(sid, inventories.get(sid), {}, target) for sid in scenarios}
+    static = {sid: static_rows(sid, inventories.get(sid), {}, target, strict, policy.for_scenario(sid).accepted_findings)
+              for sid in scenarios}
     static_s = time.monotonic() - t0
     _log(f"static: {len(scenarios)} scenarios rendered, preflighted and compared with golden/ in {static_s:.2f}s")
     cycles: dict[str, dict[str, Any]] = {}
@@ -178,7 +185,7 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
         cycles = _run_cycles(runner, scenarios, static, inventories, inject)
     live_s = time.monotonic() - t1 if live else 0.0
     verdicts = [_verdict(policy, sid, static[sid], cycles.get(sid), live) for sid in scenarios]
-    doc = {"schema": 1, "kind": "k3lab-release", "k3lab": __version__, "target": target,
+    doc = {"schema": 1, "kind": "k3lab-release", "k3lab": __version__, "target": target, "strict": strict,
            "policy": policy_source, "started": started.isoformat(timespec="seconds"),
            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
@@ -321,7 +328,7 @@ def cmd_release(args) -> int:
     out = Path(args.out) if args.out else RELEASES / time.strftime("%Y%m%d-%H%M%S")
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
-                      str(args.policy or "default"))
+                      str(args.policy or "default"), args.strict)
     _print_summary(doc, out)
     return gate.EXIT[doc["overall"]]
 

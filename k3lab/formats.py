@@ -1,0 +1,38 @@
+"""The one output convention of the listing and status commands: ``--format text|json``.
+
+JSON goes to stdout, one document per command, with stable keys; its shape is the JSON Schema
+``k3lab/schemas/<command>.json`` shipped with the kit (tests/unit/test_formats.py validates every
+command's output against it). Text is for people; logs and progress go to stderr in both.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("text", "json")
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+
+
+def add(p: argparse.ArgumentParser, *, json_alias: bool = False, choices: tuple[str, ...] = FORMATS) -> None:
+    """``--format`` on a command's parser; ``json_alias`` keeps an older ``--json`` flag as ``--format json``."""
+    p.add_argument("--format", choices=choices, default="text",
+                   help=f"output on stdout: {' | '.join(choices)} (default text; json: k3lab/schemas/{p.prog.split()[-1]}"
+                        ".json describes it)")
+    if json_alias:
+        p.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+
+
+def emit(args: argparse.Namespace, doc: Any, text: Callable[[Any], None]) -> None:
+    """``doc`` as JSON on stdout with --format json, else ``text(doc)`` prints it for people."""
+    if getattr(args, "format", "text") == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        text(doc)
+
+
+def schema(command: str) -> dict[str, Any]:
+    return json.loads((SCHEMAS / f"{command}.json").read_text())
