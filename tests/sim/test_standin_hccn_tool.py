@@ -62,7 +62,8 @@ def test_injected_net_health_tls_and_missing_ip(tmp_path):
 
 def test_missing_vnic_address_shows_in_query_and_hccs_ping(tmp_path):
     faults = {"devices": {"0": {"no_vnic": True}}}
-    assert "vnic ipaddr: \n" in hccn(tmp_path, "-i", "0", "-vnic", "-g", faults=faults).stdout
+    # inet_ntop of an unset address, as the real tool prints it (issue #24)
+    assert "vnic ipaddr: 0.0.0.0\nvnic netmask: 0.0.0.0\n" in hccn(tmp_path, "-i", "0", "-vnic", "-g", faults=faults).stdout
     hccs = hccn(tmp_path, "-i", "0", "-hccs_ping", "-g", "address", "127.0.0.4", "cnt", "1", faults=faults)
     assert hccs.returncode != 0 and "1 packets transmitted, 0 received" in hccs.stdout
 

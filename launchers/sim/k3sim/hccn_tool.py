@@ -1,8 +1,17 @@
 """``hccn_tool`` stand-in: the ``-g`` (get) queries of the multi-node verification steps.
 
-Output strings are the real ones (ascend-components.md §3.2). State comes from the node file on
-every call; ``-ping`` and ``-hccs_ping`` send real ICMP echoes from the device (or vNIC) address,
-which node-init added to the node NIC, so they fail exactly when the peer address is unreachable.
+Output strings are the real ones (ascend-components.md §3.2, tests/corpus). State comes from the
+node file on every call; ``-ping`` and ``-hccs_ping`` send real ICMP echoes from the device (or vNIC)
+address, which node-init added to the node NIC, so they fail exactly when the peer address is
+unreachable.
+
+Real variants the stand-in prints: an unset vNIC is ``0.0.0.0`` (``inet_ntop`` of 0), the vNIC link
+can be DOWN beside an address, ``-hccs_ping`` answers a busy device with its own wording, a
+received hccs packet carries an L1 plane check result, ``-net_health`` prints any of the tool's ten
+states (device fault ``net_health``), and 26.x drivers print ``device N, tls switch[...]``
+(INFERRED from the version the 116-column npu-smi came with; older ones ``dev_id:N, ...``).
+Device faults for them: ``no_vnic``, ``vnic_link``, ``hccs_busy`` (answers busy that many times, or
+``"always"``), ``hccs_plane`` (e.g. ``"0x2"``).
 """
 from __future__ import annotations
 
@@ -15,6 +24,10 @@ from k3sim import hw, run_tool
 PING_TIMEOUT_S = 1.0
 PING_COUNT = 3
 BUSY = "hccn_tool is busy, please try again."
+HCCS_BUSY = "The device is occupied. Please try again later."  # UDA_TOOL_HCCS_PING_RESOURCE_BUSY
+NET_HEALTH = ("Success", "Socket fail", "Receive timeout", "Unreachable", "Time exceeded", "Fault", "Init",
+              "Thread error", "Detect ip set", "Unknown")
+UNSET = "0.0.0.0"
 LOCK_FILE = os.environ.get("K3SIM_HCCN_LOCK", "/tmp/.k3sim-hccn_tool.lock")
 NO_IP = "Get ipconf failed, because no ip was preset there!"
 UNSUPPORTED = "This device does not support this function."
@@ -103,13 +116,15 @@ def vnic(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], in
     if node.platform != "A3":
         return [UNSUPPORTED], EXIT_FAIL
     dev, fault = state(node, device_id)
-    return [f"vnic link status: {fault.get('vnic_link', 'UP')}",
-            f"vnic ipaddr: {vnic_ip(dev, fault)}",
-            f"vnic netmask: {dev.get('vnic_netmask', dev.get('netmask', '255.255.255.0'))}"], 0
+    address = vnic_ip(dev, fault)
+    netmask = dev.get("vnic_netmask", dev.get("netmask", "255.255.255.0")) if address else UNSET
+    return [f"vnic link status: {fault.get('vnic_link', 'UP')}", f"vnic ipaddr: {address or UNSET}",
+            f"vnic netmask: {netmask}"], 0
 
 
 def vnic_ip(dev: dict, fault: dict) -> str:
-    """The die's vNIC address; empty when none is configured (fault ``no_vnic``: as if never set)."""
+    """The die's vNIC address; empty when none is configured (fault ``no_vnic``: as if never set,
+    printed as ``0.0.0.0``)."""
     return "" if fault.get("no_vnic") else dev.get("vnic_ip", "")
 
 
@@ -137,8 +152,34 @@ def tls(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int
     _, fault = state(node, device_id)
     if "tls_error" in fault:  # the query fails on this device (driver error text from the fault)
         return [str(fault["tls_error"])], EXIT_FAIL
-    return [f"dev_id:{device_id}, tls switch[{fault.get('tls_switch', 0)}](0:disable, 1:enable), "
+    label = f"device {device_id}" if newer_driver(node) else f"dev_id:{device_id}"
+    return [f"{label}, tls switch[{fault.get('tls_switch', 0)}](0:disable, 1:enable), "
             "tls preconfigured[1](0:non-preset, 1:preset), tls alarm time threshold[60]days"], 0
+
+
+def newer_driver(node: hw.Node) -> bool:
+    major = str(node.data.get("driver_version") or "").split(".")[0]
+    return major.isdigit() and int(major) >= 26
+
+
+def still_busy(node: hw.Node, device_id: int, fault: dict) -> bool:
+    """Fault ``hccs_busy``: answer busy that many times (counted per node and device), or always."""
+    times = fault.get("hccs_busy")
+    if not times:
+        return False
+    if times == "always":
+        return True
+    path = f"{LOCK_FILE}.hccs-busy-{node.data.get('node', 'node')}-{device_id}"
+    try:
+        with open(path) as fh:
+            seen = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        seen = 0
+    if seen >= int(times):
+        return False
+    with open(path, "w") as fh:
+        fh.write(str(seen + 1))
+    return True
 
 
 def ping_options(rest: list[str]) -> tuple[str, int]:
@@ -193,15 +234,23 @@ def hccs_ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str]
         return [UNSUPPORTED], EXIT_FAIL
     target, count = ping_options(rest)
     dev, fault = state(node, device_id)
+    if still_busy(node, device_id, fault):
+        return [HCCS_BUSY], EXIT_FAIL
     # HCCS joins the dies of one super pod only: a vNIC address in another super pod gets no answer
     other_pod = node.super_pod_of(target) not in (None, node.super_pod)
     source = vnic_ip(dev, fault)
     blocked = fault.get("vnic_link", "UP") != "UP" or not source or other_pod
     rtts = echoes(node, source, target, count, blocked)
+    return hccs_report(device_id, target, rtts, str(fault.get("hccs_plane", "0x0")))
+
+
+def hccs_report(device_id: int, target: str, rtts: list[float | None], plane: str) -> tuple[list[str], int]:
+    """tool_hccs_ping_print's lines; ``plane`` is the first packet's L1 plane check result."""
+    count = len(rtts)
     lines = [f"device {device_id} PING {target}"]
     for seq, rtt in enumerate(rtts):
         lines.append("This pkt ping success!" if rtt is not None else "This pkt check recv msg fail!")
-        lines.append(f"recv seq {seq}, time = {us(rtt or 0.0)}, L1 plane check result = 0x0")
+        lines.append(f"recv seq {seq}, time = {us(rtt or 0.0)}, L1 plane check result = {plane if seq == 0 else '0x0'}")
     ok = sorted(rtt for rtt in rtts if rtt is not None)
     lines += [f"{count} packets transmitted, {len(ok)} received, {(count - len(ok)) * 100 / count:.2f}% packets loss",
               f"max time {us(ok[-1] if ok else 0.0)}", f"min time {us(ok[0] if ok else 0.0)}",

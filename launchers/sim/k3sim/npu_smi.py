@@ -1,8 +1,11 @@
 """``npu-smi`` stand-in: the ``info`` views the deployment guides and checks read.
 
-Tables follow published ``npu-smi info`` output byte for byte (A2 ``910B4`` and A3 ``Ascend910``
-are 98 columns wide; the 950 layout is the 99-column one from the npu-smi source). Health, the
-device count and the super-pod identity come from the node file on every call.
+Tables follow published ``npu-smi info`` output byte for byte (tests/corpus/npu_smi): A2 ``910B4``
+and A3 ``Ascend910`` are 98 columns wide up to 25.x drivers and 116 wide from 26.x (vllm-ascend
+#12980); the 950 layout is the 99-column one from the npu-smi source. The emulated driver version
+is the node file's ``driver_version`` (default: the image's version.info). Health, the device
+count and the super-pod identity come from the node file on every call; the node fault
+``npu_smi: "garbled"`` prints a health cell no driver prints (the reader must fail it as unparsed).
 """
 from __future__ import annotations
 
@@ -48,7 +51,11 @@ BUS_IDS = {
 CHIP = {"A3": ("Ascend910", 178.9, 3412, 65536), "A2": ("910B4", 85.0, 2862, 32768),
         "950DT": ("Ascend950DT", 250.0, 4096, 98304)}
 
+# Column layouts by table width: (outer line, split line, row split, the two row formats' widths)
 LINE_98 = "+" + "-" * 96 + "+"
+LINE_116 = "+" + "-" * 114 + "+"
+SEP_116 = "+---------------------------+---------------+" + "-" * 70 + "+"
+EQ_116 = "+===========================+===============+" + "=" * 70 + "+"
 SEP_98 = "+---------------------------+---------------+----------------------------------------------------+"
 EQ_98 = "+===========================+===============+====================================================+"
 LINE_99 = "+" + "-" * 97 + "+"
@@ -139,13 +146,26 @@ def spod_info(node: hw.Node, device_id: int) -> str:
     return "".join(f"\t{key:<30} : {value}\n" for key, value in rows)
 
 
+def driver_version(node: hw.Node) -> str:
+    return str(node.data.get("driver_version") or DRIVER_VERSION)
+
+
+def wide(version: str) -> bool:
+    """26.x drivers print the 116-column table (vllm-ascend #12980, nyaterm #268)."""
+    major = version.split(".")[0]
+    return major.isdigit() and int(major) >= 26
+
+
 def table(node: hw.Node) -> str:
     if node.platform == "950DT":
         return table_950(node)
+    if wide(driver_version(node)):
+        return table_116(node)
     name, power, hbm_used, hbm_total = CHIP[node.platform]
     a3 = node.platform == "A3"
     chips = 2 if a3 else 1
-    out = [LINE_98, f"| npu-smi {DRIVER_VERSION:<24} Version: {DRIVER_VERSION:<53}|", SEP_98,
+    version = driver_version(node)
+    out = [LINE_98, f"| npu-smi {version:<24} Version: {version:<53}|", SEP_98,
            "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
            ("| Chip  Phy-ID              " if a3 else "| Chip                      ")
            + "| Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |", EQ_98]
@@ -155,7 +175,7 @@ def table(node: hw.Node) -> str:
             if node.device_faults(dev).get("missing"):
                 continue  # a die the driver no longer enumerates has no row
             watts = "-" if chip == 1 else f"{power + dev % 5 * 1.3:.1f}"
-            out.append(f"| {card:<5} {name:<20}| {health_of(node, dev):<13} | {watts:<11} {36 + dev % 3:<17} "
+            out.append(f"| {card:<5} {name:<20}| {health_cell(node, dev):<13} | {watts:<11} {36 + dev % 3:<17} "
                        f"{0:<5}/ {0:<14}|")
             slot = f"| {chip:<5} {dev:<20}|" if a3 else f"| {chip:<26}|"
             out.append(f"{slot} 0000:{BUS_IDS[node.platform][dev]}:00.0  | {0:<11} {0:<5}/ {0:<10} "
@@ -168,9 +188,46 @@ def table(node: hw.Node) -> str:
     return "\n".join(out) + "\n"
 
 
+def health_cell(node: hw.Node, device_id: int) -> str:
+    """The health column; a node with the ``npu_smi: garbled`` fault prints what no reader knows."""
+    if node.faults("npu_smi").get("table") == "garbled" and device_id == 1:
+        return "ERR!"
+    return health_of(node, device_id)
+
+
+def table_116(node: hw.Node) -> str:
+    """The 26.x layout (116 columns), row for row as vllm-ascend #12980 prints it."""
+    name, power, hbm_used, hbm_total = CHIP[node.platform]
+    a3 = node.platform == "A3"
+    chips = 2 if a3 else 1
+    version = driver_version(node)
+    out = [LINE_116, f"| npu-smi {version:<35} Version: {version:<60}|", SEP_116,
+           "| NPU   Name                | Health        | Power(W)             Temp(C)                 Hugepages-Usage(page)   |",
+           ("| Chip  Phy-ID              " if a3 else "| Chip                      ")
+           + "| Bus-Id        | AICore(%)            Memory-Usage(MB)        HBM-Usage(MB)           |", EQ_116]
+    for card in range(node.device_count // chips):
+        for chip in range(chips):
+            dev = card * chips + chip
+            if node.device_faults(dev).get("missing"):
+                continue
+            watts = "-" if chip == 1 else f"{power + dev % 5 * 1.3:.1f}"
+            out.append(f"| {card:<5} {name:<20}| {health_cell(node, dev):<13} | {watts:<20} {36 + dev % 3:<23} "
+                       f"{0:<5}/ {0:<17}|")
+            slot = f"| {chip:<5} {dev:<20}|" if a3 else f"| {chip:<26}|"
+            out.append(f"{slot} 0000:{BUS_IDS[node.platform][dev]}:00.0  | {0:<20} {0:<5}/ {0:<16} "
+                       f"{hbm_used - chip * 223:<5}/ {hbm_total:<17}|")
+            out.append(LINE_116 if chip + 1 < chips else EQ_116)
+    out += [SEP_116, "| NPU     Chip              | Process id    | Process name       | Process memory(MB)    "
+            "| Process id in container |", EQ_116]
+    for card in range(node.device_count // chips):
+        out += [f"| No running processes found in NPU {card:<79}|", EQ_116]
+    return "\n".join(out) + "\n"
+
+
 def table_950(node: hw.Node) -> str:
     name, power, hbm_used, hbm_total = CHIP["950DT"]
-    out = [LINE_99, f"| npu-smi {DRIVER_VERSION:<40} Version: {DRIVER_VERSION:<37} |",
+    version = driver_version(node)
+    out = [LINE_99, f"| npu-smi {version:<40} Version: {version:<37} |",
            "+--------+------------------+---------------+-----------------------------------------------------+",
            "| NPU ID | Name             | Health        | Power(W)    Temp(C)           Hugepages-Usage(page) |",
            "|        |                  | Bus-Id        | NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)         |",
@@ -178,7 +235,7 @@ def table_950(node: hw.Node) -> str:
     for dev in range(node.device_count):
         if node.device_faults(dev).get("missing"):
             continue  # an NPU the driver no longer enumerates has no row
-        out.append(f"| {dev:<7}| {name:<17}| {health_of(node, dev):<13} | {power + dev % 5 * 1.3:<11.1f} "
+        out.append(f"| {dev:<7}| {name:<17}| {health_cell(node, dev):<13} | {power + dev % 5 * 1.3:<11.1f} "
                    f"{36 + dev % 3:<17} {0:<6}/ {0:<13} |")
         out.append(f"|{'':<8}|{'':<18}| 0000:{BUS_IDS['950DT'][dev]}:00.0  | {0:<11} {0:<5}/ {0:<10} "
                    f"{hbm_used:<6}/ {hbm_total:<13} |")
