@@ -16,9 +16,10 @@ import sys
 from collections import defaultdict
 from typing import Any, Callable
 
-from k3sim.vllm import kvconfig
+from pydantic import ValidationError
+
+from k3sim.vllm import configs
 from k3sim.vllm.log import api as log
-from k3sim.vllm.pydantic_like import Field, ValidationFailure, validate_json
 
 _FLAG_HEAD = re.compile(r"(?<=--)[^\.]*")
 
@@ -46,58 +47,23 @@ def _json_dict(value: str) -> Any:
         raise argparse.ArgumentTypeError(f"Value {value} cannot be converted to {json.loads}.") from None
 
 
-def _dataclass(model: str, fields: dict[str, Field] | None, post: Callable[[str], Any] | None = None):
-    """vLLM's ``parse_dataclass``: pydantic validation, ``ArgumentTypeError(repr(e))`` on failure."""
+def _dataclass(cls: type) -> Callable[[str], dict[str, Any]]:
+    """vLLM's ``parse_dataclass``: ``TypeAdapter(cls).validate_json``, ``ArgumentTypeError(repr(e))`` on failure."""
 
-    def parse(value: str) -> Any:
+    def parse(value: str) -> dict[str, Any]:
         try:
-            if post is not None:
-                return post(value)
-            if fields is None:
-                data = json.loads(value)
-                if not isinstance(data, dict):
-                    raise ValidationFailure(model, [("", f"Input should be a dictionary or an instance of {model}",
-                                                     "dataclass_type", data)])
-                return data
-            return validate_json(model, fields, value)
-        except json.JSONDecodeError as exc:
-            msg = f"Invalid JSON: {exc.msg.lower()} at line {exc.lineno} column {exc.colno}"
-            raise argparse.ArgumentTypeError(ValidationFailure(model, [("", msg, "json_invalid", value)]).render())
-        except ValidationFailure as exc:
-            raise argparse.ArgumentTypeError(exc.render()) from None
+            return configs.validate_json(cls, value)
+        except ValidationError as exc:
+            raise argparse.ArgumentTypeError(repr(exc)) from None
 
-    parse.__name__ = model
+    parse.__name__ = cls.__name__
     return parse
-
-
-_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-COMPILATION_FIELDS = {k: Field("any") for k in (
-    "level", "mode", "debug_dump_path", "cache_dir", "compile_cache_save_format", "backend", "custom_ops",
-    "splitting_ops", "compile_mm_encoder", "use_inductor", "compile_sizes", "inductor_compile_config",
-    "inductor_passes", "use_cudagraph", "cudagraph_num_of_warmups", "cudagraph_copy_inputs",
-    "cudagraph_specialize_lora", "full_cuda_graph", "use_inductor_graph_partition", "pass_config",
-    "max_capture_size", "max_cudagraph_capture_size", "dynamic_shapes_config", "local_cache_dir",
-    "fast_moe_cold_start")}
-COMPILATION_FIELDS["cudagraph_mode"] = Field("literal", optional=True, choices=_CUDAGRAPH_MODES)
-COMPILATION_FIELDS["cudagraph_capture_sizes"] = Field("list", optional=True)
-
-ATTENTION_FIELDS = {k: Field("any") for k in (
-    "backend", "flash_attn_version", "use_prefill_decode_attention", "flash_attn_max_num_splits_for_cuda_graph",
-    "use_cudnn_prefill", "use_trtllm_ragged_deepseek_prefill", "use_trtllm_attention",
-    "disable_flashinfer_prefill", "disable_flashinfer_q_quantization")}
-ATTENTION_FIELDS["indexer_kv_dtype"] = Field("str")  # IndexerKVDType | str: int8 passes parsing (§9)
-
-PROFILER_FIELDS = {k: Field("any") for k in (
-    "torch_profiler_dir", "torch_profiler_with_stack", "torch_profiler_with_flops", "torch_profiler_use_gzip",
-    "torch_profiler_dump_cuda_time_total", "torch_profiler_record_shapes", "torch_profiler_with_memory",
-    "ignore_frontend", "delay_iterations", "max_iterations", "warmup_iterations", "active_iterations")}
-PROFILER_FIELDS["profiler"] = Field("literal", optional=True, choices=("torch", "cuda"))
 
 
 def _compilation(value: str) -> Any:
     if value.strip().isdigit():  # legacy: a bare optimization level
         return {"mode": int(value)}
-    return _dataclass("CompilationConfig", COMPILATION_FIELDS)(value)
+    return _dataclass(configs.CompilationConfig)(value)
 
 
 _compilation.__name__ = "CompilationConfig"
@@ -277,11 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--stream-interval", type=int, default=1)
     # Structured configs parsed as dataclasses (§7, §9)
     a("--speculative-config", type=_json_dict, default=None)
-    a("--kv-transfer-config", type=_dataclass("KVTransferConfig", None, kvconfig.parse_cli), default=None)
+    a("--kv-transfer-config", type=_dataclass(configs.KVTransferConfig), default=None)
     a("--kv-events-config", type=_json_dict, default=None)
     a("--compilation-config", "-cc", type=_compilation, default=None)
-    a("--attention-config", "-ac", type=_dataclass("AttentionConfig", ATTENTION_FIELDS), default=None)
-    a("--profiler-config", type=_dataclass("ProfilerConfig", PROFILER_FIELDS), default=None)
+    a("--attention-config", "-ac", type=_dataclass(configs.AttentionConfig), default=None)
+    a("--profiler-config", type=_dataclass(configs.ProfilerConfig), default=None)
     a("--structured-outputs-config", type=_json_dict, default=None)
     a("--additional-config", type=_json_dict, default=None)
     a("--optimization-level", "-O", type=int, default=2)

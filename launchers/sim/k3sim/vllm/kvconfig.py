@@ -1,7 +1,7 @@
 """``--kv-transfer-config``: vLLM's KVTransferConfig plus vLLM-Ascend's connector rules.
 
-CLI stage (vllm-upstream.md §7): JSON parsed into the pydantic dataclass (extra keys forbidden,
-``kv_role`` literal, "Please specify kv_role ..." from ``__post_init__``). Engine stage
+CLI stage (vllm-upstream.md §7): JSON parsed into the pydantic dataclass ``configs.KVTransferConfig``
+(extra keys forbidden, ``kv_role`` literal, "Please specify kv_role ..." from ``__post_init__``). Engine stage
 (vllm-ascend-internals.md §3): unknown connector, MultiConnector children, Mooncake
 ``prefill``/``decode`` extra-config asserts and the prefill/decode TP rule.
 """
@@ -11,22 +11,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from k3sim.vllm import configs
 from k3sim.vllm.errors import StartupError
-from k3sim.vllm.pydantic_like import Field, ValidationFailure, validate_dict, validate_json, value_error
-
-ROLES = ("kv_producer", "kv_consumer", "kv_both")
-
-FIELDS = {
-    "kv_connector": Field("str", optional=True),
-    "engine_id": Field("str", optional=True),
-    "kv_buffer_device": Field("str"),
-    "kv_role": Field("literal", optional=True, choices=ROLES),
-    "kv_port": Field("int"),
-    "kv_connector_extra_config": Field("dict"),
-    "kv_connector_module_path": Field("str", optional=True),
-    "enable_permute_local_kv": Field("bool"),
-    "kv_load_failure_policy": Field("literal", choices=("recompute", "fail")),
-}
 
 # Upstream 0.33 registry (§7) plus what vLLM-Ascend registers (internals §3). MooncakeConnectorV2
 # is not in the snapshot the reference read but the 0.30.0 guide runs it: same ports as V1.
@@ -41,22 +29,6 @@ MOONCAKE_P2P = {"MooncakeConnectorV1", "MooncakeConnectorV2", "MooncakeHybridCon
 POOL = {"AscendStoreConnector", "MooncakeConnectorStoreV1"}
 
 KV_PORT_DEFAULT = 14579
-
-
-def _post_init(data: dict) -> None:
-    role = data.get("kv_role")
-    if data.get("kv_connector") is not None and role is None:
-        raise value_error("KVTransferConfig", "Please specify kv_role when kv_connector is set, supported roles "
-                          f"are {ROLES}", data)
-    if role is not None and role not in ROLES:
-        raise value_error("KVTransferConfig", f"Unsupported kv_role: {role}. Supported roles are {ROLES}", data)
-
-
-def parse_cli(text: str) -> dict[str, Any]:
-    """argparse ``type=`` for ``--kv-transfer-config``; raises ValidationFailure."""
-    data = validate_json("KVTransferConfig", FIELDS, text)
-    _post_init(data)
-    return data
 
 
 @dataclass
@@ -126,17 +98,13 @@ def build(data: dict | None, dp_size: int, dp_rank: int) -> KVConfig | None:
             raise StartupError("AssertionError", "", "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py",
                                stage="engine")
         for item in items:
-            try:
-                child = validate_dict("KVTransferConfig", FIELDS, dict(item)) if isinstance(item, dict) else item
-                if not isinstance(child, dict):
-                    raise ValidationFailure("KVTransferConfig",
-                                            [("", "Input should be a dictionary", "dict_type", item)])
-                child.setdefault("engine_id", engine_id)
-                _post_init(child)
-            except ValidationFailure as exc:
-                raise StartupError("pydantic_core._pydantic_core.ValidationError", exc.render(),
+            try:  # KVTransferConfig(**conn_config)
+                child = configs.validate_python(configs.KVTransferConfig, item)
+            except ValidationError as exc:
+                raise StartupError("pydantic_core._pydantic_core.ValidationError", str(exc),
                                    "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py",
                                    stage="engine") from None
+            child.setdefault("engine_id", engine_id)
             if child.get("kv_connector") is None:
                 continue
             _check_name(child["kv_connector"])
