@@ -77,59 +77,91 @@ def _value(raw: str, kind: str | None) -> Any:
         return raw
 
 
-def parse(text: str, *, reasoning_parser: bool, tool_parser: bool, thinking: bool) -> Parsed:
-    reasoning: list[str] = []
-    content: list[str] = []
-    calls: list[ToolCall] = []
-    in_reasoning = reasoning_parser and thinking
-    current_arg: tuple[str, str | None] | None = None
-    arg_text = ""
-    in_tools = False
-    tools_done = False
-    for kind, value in _segments(text):
+def _raw(kind: str, value: str) -> str:
+    return value if kind == "text" else f"{OPEN if kind == 'open' else CLOSE}{value}{SEP}"
+
+
+class _Machine:
+    """One state per part of the output: ``reasoning``, ``content``, ``tools``, ``done`` (after tools)."""
+
+    def __init__(self, reasoning_parser: bool, tool_parser: bool, thinking: bool) -> None:
+        self.reasoning_parser, self.tool_parser, self.thinking = reasoning_parser, tool_parser, thinking
+        self.reasoning: list[str] = []
+        self.content: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.current_arg: tuple[str, str | None] | None = None
+        self.arg_text = ""
+        self.state = "reasoning" if reasoning_parser and thinking else "content"
+        self._states = {"reasoning": self._in_reasoning, "content": self._in_content,
+                        "tools": self._in_tools, "done": self._after_tools}
+        self._tool_marks = {("open", "call"): self._open_call, ("open", "argument"): self._open_argument,
+                            ("close", "argument"): self._close_argument, ("close", "call"): self._close_call,
+                            ("close", "tools"): self._close_tools}
+
+    def feed(self, kind: str, value: str) -> None:
         name = value.split(" ", 1)[0]
-        if in_reasoning:
-            if kind == "close" and name == "think":
-                in_reasoning = False
-            elif not (kind == "open" and name == "think" and not reasoning):  # the channel opener itself
-                reasoning.append(value if kind == "text" else f"{OPEN if kind == 'open' else CLOSE}{value}{SEP}")
-            continue
-        if tool_parser and kind == "open" and name == "tools":
-            in_tools, in_reasoning = True, False
-            continue
-        if in_tools:
-            if kind == "open" and name == "call":
-                m = _CALL.match(value)
-                calls.append(ToolCall(unattr(m.group(1)) if m else ""))
-            elif kind == "open" and name == "argument":
-                m = _ARG.match(value)
-                current_arg, arg_text = ((unattr(m.group(1)), m.group(2)) if m else ("", None)), ""
-            elif kind == "close" and name == "argument" and current_arg and calls:
-                calls[-1].args.append((current_arg[0], _value(arg_text, current_arg[1])))
-                current_arg = None
-            elif kind == "close" and name == "call" and calls:
-                calls[-1].complete = True
-            elif kind == "close" and name == "tools":
-                in_tools, tools_done = False, True
-            elif kind == "text" and current_arg is not None:
-                arg_text += value
-            continue
-        if tools_done:
-            continue  # text after the tool section is suppressed
-        if not reasoning_parser:
-            content.append(value if kind == "text" else f"{OPEN if kind == 'open' else CLOSE}{value}{SEP}")
-            continue
-        if kind == "open" and name == "think":
-            in_reasoning = thinking
-            continue
+        if self.state != "reasoning" and self.tool_parser and kind == "open" and name == "tools":
+            self.state = "tools"
+            return
+        self._states[self.state](kind, name, value)
+
+    def _in_reasoning(self, kind: str, name: str, value: str) -> None:
         if kind == "close" and name == "think":
-            in_reasoning = False
-            continue
-        if kind in ("open", "close"):
-            continue  # channel markers (response ...) are not content
-        (reasoning if in_reasoning else content).append(value)
-    r = "".join(reasoning)
-    c = "".join(content)
-    if calls and not c.strip():
-        c = ""
-    return Parsed(r or None, c or None, calls)
+            self.state = "content"
+        elif not (kind == "open" and name == "think" and not self.reasoning):  # the channel opener itself
+            self.reasoning.append(_raw(kind, value))
+
+    def _in_content(self, kind: str, name: str, value: str) -> None:
+        if not self.reasoning_parser:
+            self.content.append(_raw(kind, value))
+        elif kind == "text":
+            self.content.append(value)
+        elif kind == "open" and name == "think" and self.thinking:
+            self.state = "reasoning"
+        # other channel markers (response ...) are not content
+
+    def _in_tools(self, kind: str, name: str, value: str) -> None:
+        if kind == "text":
+            if self.current_arg is not None:
+                self.arg_text += value
+            return
+        handler = self._tool_marks.get((kind, name))
+        if handler is not None:
+            handler(value)
+
+    def _after_tools(self, kind: str, name: str, value: str) -> None:
+        """Text after the tool section is suppressed."""
+
+    def _open_call(self, value: str) -> None:
+        m = _CALL.match(value)
+        self.calls.append(ToolCall(unattr(m.group(1)) if m else ""))
+
+    def _open_argument(self, value: str) -> None:
+        m = _ARG.match(value)
+        self.current_arg, self.arg_text = ((unattr(m.group(1)), m.group(2)) if m else ("", None)), ""
+
+    def _close_argument(self, value: str) -> None:
+        if self.current_arg and self.calls:
+            self.calls[-1].args.append((self.current_arg[0], _value(self.arg_text, self.current_arg[1])))
+            self.current_arg = None
+
+    def _close_call(self, value: str) -> None:
+        if self.calls:
+            self.calls[-1].complete = True
+
+    def _close_tools(self, value: str) -> None:
+        self.state = "done"
+
+    def result(self) -> Parsed:
+        r = "".join(self.reasoning)
+        c = "".join(self.content)
+        if self.calls and not c.strip():
+            c = ""
+        return Parsed(r or None, c or None, self.calls)
+
+
+def parse(text: str, *, reasoning_parser: bool, tool_parser: bool, thinking: bool) -> Parsed:
+    machine = _Machine(reasoning_parser, tool_parser, thinking)
+    for kind, value in _segments(text):
+        machine.feed(kind, value)
+    return machine.result()

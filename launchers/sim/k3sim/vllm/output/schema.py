@@ -28,29 +28,46 @@ def _resolve(schema: dict, root: dict) -> dict:
     return schema
 
 
-def _number(schema: dict, integer: bool) -> float | int:
-    lo = schema.get("minimum")
-    hi = schema.get("maximum")
-    xlo = schema.get("exclusiveMinimum")
-    xhi = schema.get("exclusiveMaximum")
-    step = 1 if integer else 0.5
-    if isinstance(xlo, (int, float)) and not isinstance(xlo, bool):
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _bounds(schema: dict, step: float) -> tuple[Any, Any]:
+    """(lowest, highest) allowed value, the exclusive bounds moved in by ``step``."""
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if _is_number(xlo):
         lo = xlo + step if lo is None or xlo >= lo else lo
-    if isinstance(xhi, (int, float)) and not isinstance(xhi, bool):
+    if _is_number(xhi):
         hi = xhi - step if hi is None or xhi <= hi else hi
+    return lo, hi
+
+
+def _inside(lo: Any, hi: Any, step: float, integer: bool) -> float:
     if lo is not None and hi is not None:
-        value = lo + (hi - lo) / 2
-    elif lo is not None:
-        value = lo + step
-    elif hi is not None:
-        value = hi - step
-    else:
-        value = 1 if integer else 1.5
+        return lo + (hi - lo) / 2
+    if lo is not None:
+        return lo + step
+    if hi is not None:
+        return hi - step
+    return 1 if integer else 1.5
+
+
+def _multiple(value: float, mult: float, lo: Any, hi: Any) -> float:
+    up = math.ceil(value / mult) * mult
+    value = up if lo is None or up >= lo else value
+    if hi is not None and value > hi:
+        value = math.floor(hi / mult) * mult
+    return value
+
+
+def _number(schema: dict, integer: bool) -> float | int:
+    step = 1 if integer else 0.5
+    lo, hi = _bounds(schema, step)
+    value = _inside(lo, hi, step, integer)
     mult = schema.get("multipleOf")
     if isinstance(mult, (int, float)) and mult > 0:
-        value = math.ceil(value / mult) * mult if lo is None or math.ceil(value / mult) * mult >= lo else value
-        if hi is not None and value > hi:
-            value = math.floor(hi / mult) * mult
+        value = _multiple(value, mult, lo, hi)
     if integer:
         upper = hi if hi is not None else math.inf
         value = int(math.ceil(value)) if lo is not None and math.ceil(value) <= upper else int(value)
@@ -168,59 +185,87 @@ def _string(schema: dict, name: str, skip: int = 0) -> str:
     return text
 
 
-def example(schema: Any, name: str = "", root: dict | None = None) -> Any:
-    if not isinstance(schema, dict):
-        return "value"
-    root = root if root is not None else schema
-    schema = _resolve(schema, root)
+_NONE = object()
+
+
+def _given(schema: dict) -> Any:
+    """The value the schema names itself (``const``, ``default``, first ``enum`` member), else _NONE."""
     if "const" in schema:
         return schema["const"]
     if "default" in schema:
         return schema["default"]
     if isinstance(schema.get("enum"), list) and schema["enum"]:
         return schema["enum"][0]
+    return _NONE
+
+
+def _combined(schema: dict, name: str, root: dict) -> Any:
+    """``anyOf``/``oneOf``: the first option that is not null; ``allOf``: the options merged. Else _NONE."""
     for key in ("anyOf", "oneOf", "allOf"):
         options = schema.get(key)
         if isinstance(options, list) and options:
             usable = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")] or options
-            if key == "allOf":
-                merged: dict = {}
-                for o in usable:
-                    merged.update(_resolve(o, root) if isinstance(o, dict) else {})
-                return example(merged, name, root)
-            return example(usable[0], name, root)
+            if key != "allOf":
+                return example(usable[0], name, root)
+            merged: dict = {}
+            for o in usable:
+                merged.update(_resolve(o, root) if isinstance(o, dict) else {})
+            return example(merged, name, root)
+    return _NONE
+
+
+def _kind(schema: dict) -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind is None:
         kind = "object" if "properties" in schema else "string"
-    if kind == "object":
-        props = schema.get("properties") or {}
-        keys = [k for k in schema.get("required", []) if k in props] or list(props)[:1]
-        want = int(schema.get("minProperties", 0) or 0)
-        keys += [k for k in props if k not in keys][:max(0, want - len(keys))]
-        out = {key: example(props[key], key, root) for key in keys}
-        for key in schema.get("required", []):  # required but not described: any value
-            out.setdefault(key, "value")
-        return out
-    if kind == "array":
-        count = max(1, int(schema.get("minItems", 1) or 1))
-        items = schema.get("items", {})
-        if isinstance(items, list):  # tuple form
-            return [example(i, name, root) for i in items]
-        values = [example(items, name, root) for _ in range(count)]
-        if schema.get("uniqueItems") and count > 1:
-            values = _distinct(_resolve(items, root) if isinstance(items, dict) else {}, values, name, root)
-        return values
-    if kind == "integer":
-        return _number(schema, True)
-    if kind == "number":
-        return _number(schema, False)
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return _string(schema, name)
+    return kind
+
+
+def _object(schema: dict, name: str, root: dict) -> dict:
+    props = schema.get("properties") or {}
+    keys = [k for k in schema.get("required", []) if k in props] or list(props)[:1]
+    want = int(schema.get("minProperties", 0) or 0)
+    keys += [k for k in props if k not in keys][:max(0, want - len(keys))]
+    out = {key: example(props[key], key, root) for key in keys}
+    for key in schema.get("required", []):  # required but not described: any value
+        out.setdefault(key, "value")
+    return out
+
+
+def _array(schema: dict, name: str, root: dict) -> list:
+    count = max(1, int(schema.get("minItems", 1) or 1))
+    items = schema.get("items", {})
+    if isinstance(items, list):  # tuple form
+        return [example(i, name, root) for i in items]
+    values = [example(items, name, root) for _ in range(count)]
+    if schema.get("uniqueItems") and count > 1:
+        values = _distinct(_resolve(items, root) if isinstance(items, dict) else {}, values, name, root)
+    return values
+
+
+_BY_KIND = {
+    "object": _object,
+    "array": _array,
+    "integer": lambda schema, name, root: _number(schema, True),
+    "number": lambda schema, name, root: _number(schema, False),
+    "boolean": lambda schema, name, root: True,
+    "null": lambda schema, name, root: None,
+}
+
+
+def example(schema: Any, name: str = "", root: dict | None = None) -> Any:
+    if not isinstance(schema, dict):
+        return "value"
+    root = root if root is not None else schema
+    schema = _resolve(schema, root)
+    for rule in (_given, lambda s: _combined(s, name, root)):
+        value = rule(schema)
+        if value is not _NONE:
+            return value
+    build = _BY_KIND.get(_kind(schema))
+    return build(schema, name, root) if build is not None else _string(schema, name)
 
 
 def _distinct(items: dict, values: list, name: str, root: dict) -> list:
