@@ -282,58 +282,77 @@ def _merge(dst: dict, src: dict, prefix: str = "") -> set[str]:
     return dups
 
 
-def normalise(argv: list[str]) -> list[str]:
-    """FlexibleArgumentParser.parse_args's rewriting of ``argv`` (before argparse sees it)."""
-    out: list[str] = []
-    for arg in argv:
-        if arg.startswith("--"):
-            if "=" in arg:
-                key, value = arg.split("=", 1)
-                out.append(f"{_FLAG_HEAD.sub(lambda m: m.group(0).replace('_', '-'), key, count=1)}={value}")
-            else:
-                out.append(_FLAG_HEAD.sub(lambda m: m.group(0).replace("_", "-"), arg, count=1))
-        elif arg.startswith("-O") and arg != "-O" and len(arg) > 2 and arg[2] != ".":
-            out.extend(["-O", arg[2:]])
-        else:
-            out.append(arg)
-    # ``--model X`` after ``serve`` becomes the positional model_tag.
-    if len(out) >= 1 and out[0] == "serve" and "--model" in out and (len(out) < 2 or out[1].startswith("-")):
-        i = out.index("--model")
-        if i + 1 < len(out):
-            model = out[i + 1]
-            del out[i:i + 2]
-            out.insert(1, model)
-            log.warning("argparse_utils.py:269", "With `vllm serve`, you should provide the model as a positional "
-                        "argument or in a config file instead of via the `--model` option. The `--model` option "
-                        "will be removed in a future version.")
-    # Dotted dict args: ``--a.b v`` / ``--a.b=v`` / ``--a.b+ x,y``.
+def _dashes(flag: str) -> str:
+    return _FLAG_HEAD.sub(lambda m: m.group(0).replace("_", "-"), flag, count=1)
+
+
+def _spell(arg: str) -> list[str]:
+    """One argument as FlexibleArgumentParser rewrites it: dashes in flag names, ``-O3`` split."""
+    if arg.startswith("--"):
+        if "=" in arg:
+            key, value = arg.split("=", 1)
+            return [f"{_dashes(key)}={value}"]
+        return [_dashes(arg)]
+    if arg.startswith("-O") and arg != "-O" and len(arg) > 2 and arg[2] != ".":
+        return ["-O", arg[2:]]
+    return [arg]
+
+
+def _model_to_positional(out: list[str]) -> None:
+    """``--model X`` after ``serve`` becomes the positional model_tag."""
+    if not (out and out[0] == "serve" and "--model" in out and (len(out) < 2 or out[1].startswith("-"))):
+        return
+    i = out.index("--model")
+    if i + 1 < len(out):
+        model = out[i + 1]
+        del out[i:i + 2]
+        out.insert(1, model)
+        log.warning("argparse_utils.py:269", "With `vllm serve`, you should provide the model as a positional "
+                    "argument or in a config file instead of via the `--model` option. The `--model` option "
+                    "will be removed in a future version.")
+
+
+def _dotted(out: list[str], i: int) -> tuple[str, str, bool] | None:
+    """(flag, value text, value is the next argument) of a dotted dict argument at ``out[i]``, else None."""
+    arg = out[i]
+    if not arg.startswith("--") or "." not in arg:
+        return None
+    if "=" in arg:
+        flag, value_str = arg.split("=", 1)
+        return (flag, value_str, False) if "." in flag else None
+    if i + 1 >= len(out):
+        return None
+    return arg, out[i + 1], True
+
+
+def _dict_value(value_str: str) -> Any:
+    """JSON, else a human-readable int, else the text itself."""
+    try:
+        return json.loads(value_str)
+    except json.JSONDecodeError:
+        try:
+            return human_readable_int(value_str)
+        except ValueError:
+            return value_str
+
+
+def _collect_dotted(out: list[str]) -> list[str]:
+    """Dotted dict args: ``--a.b v`` / ``--a.b=v`` / ``--a.b+ x,y`` collect into ``--a '{"b": v}'``."""
     dict_args: dict[str, dict] = defaultdict(dict)
     drop: set[int] = set()
     dups: set[str] = set()
-    for i, arg in enumerate(out):
-        if i in drop or not arg.startswith("--") or "." not in arg:
+    for i in range(len(out)):
+        found = None if i in drop else _dotted(out, i)
+        if found is None:
             continue
-        if "=" in arg:
-            flag, value_str = arg.split("=", 1)
-            if "." not in flag:
-                continue
-        else:
-            if i + 1 >= len(out):
-                continue
-            flag, value_str = arg, out[i + 1]
+        flag, value_str, takes_next = found
+        if takes_next:
             drop.add(i + 1)
         if flag.endswith("+"):
             flag = flag[:-1]
             value_str = json.dumps(value_str.split(","))
         key, *keys = flag.split(".")
-        try:
-            value: Any = json.loads(value_str)
-        except json.JSONDecodeError:
-            try:
-                value = human_readable_int(value_str)
-            except ValueError:
-                value = value_str
-        dups |= {f"{key}.{d}" for d in _merge(dict_args[key], _nested(keys, value))}
+        dups |= {f"{key}.{d}" for d in _merge(dict_args[key], _nested(keys, _dict_value(value_str)))}
         drop.add(i)
     if dups:
         log.warning("argparse_utils.py:322", "Found duplicate keys %s", ", ".join(sorted(dups)))
@@ -341,6 +360,13 @@ def normalise(argv: list[str]) -> list[str]:
     for key, value in dict_args.items():
         out.extend([key, json.dumps(value)])
     return out
+
+
+def normalise(argv: list[str]) -> list[str]:
+    """FlexibleArgumentParser.parse_args's rewriting of ``argv`` (before argparse sees it)."""
+    out = [part for arg in argv for part in _spell(arg)]
+    _model_to_positional(out)
+    return _collect_dotted(out)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

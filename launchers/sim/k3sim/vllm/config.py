@@ -121,91 +121,114 @@ class ServeConfig:
                 "VLLM_PP_LAYER_PARTITION": os.environ.get("VLLM_PP_LAYER_PARTITION") if self.pp > 1 else None}
 
 
-def _parallel(args: argparse.Namespace) -> dict[str, Any]:
-    where = "vllm/engine/arg_utils.py"
-    dp = args.data_parallel_size
-    rank = args.data_parallel_rank
-    start = args.data_parallel_start_rank
-    headless = args.headless
-    hybrid = bool(args.data_parallel_hybrid_lb or (start and not headless))
+_ARG_UTILS = "vllm/engine/arg_utils.py"
+
+
+def _lb_modes(args: argparse.Namespace) -> tuple[bool, bool]:
+    """(hybrid, external) data parallel load balancing; at most one of them."""
+    dp, rank, start = args.data_parallel_size, args.data_parallel_rank, args.data_parallel_start_rank
+    hybrid = bool(args.data_parallel_hybrid_lb or (start and not args.headless))
     external = bool(args.data_parallel_external_lb or rank is not None)
     if hybrid and external:
-        raise StartupError("ValueError", "Cannot use more than one data parallel load balancing mode.", where)
+        raise StartupError("ValueError", "Cannot use more than one data parallel load balancing mode.", _ARG_UTILS)
     if rank is not None and not 0 <= rank < dp:
-        raise StartupError("ValueError", f"data_parallel_rank ({rank}) must be in the range [0, {dp})", where)
-    local = args.data_parallel_size_local
+        raise StartupError("ValueError", f"data_parallel_rank ({rank}) must be in the range [0, {dp})", _ARG_UTILS)
+    return hybrid, external
+
+
+def _dp_local(args: argparse.Namespace, external: bool) -> int:
+    dp, local = args.data_parallel_size, args.data_parallel_size_local
     if external and dp > 1:
         if local not in (None, 1):
             raise StartupError("ValueError", "data_parallel_size_local must be 1 or None when data_parallel_rank "
-                               f"is set (external LB mode), got {local}", where)
+                               f"is set (external LB mode), got {local}", _ARG_UTILS)
         local = 1
     if local is None:
-        local = 1 if (headless and start) else dp
+        local = 1 if (args.headless and args.data_parallel_start_rank) else dp
     if local > dp:
         raise StartupError("ValueError", f"data_parallel_size_local ({local}) must be <= data_parallel_size ({dp})",
-                           where)
-    if headless and local <= 0:
+                           _ARG_UTILS)
+    if args.headless and local <= 0:
         raise StartupError("ValueError", "data_parallel_size_local must be > 0 in headless mode",
                            "vllm/entrypoints/cli/serve.py")
-    if args.nnodes > 1 and args.data_parallel_backend != "mp":
-        raise StartupError("ValueError", f"--nnodes {args.nnodes} requires --data-parallel-backend mp", where)
-    if not 0 <= args.node_rank < args.nnodes:
-        raise StartupError("ValueError", f"node_rank ({args.node_rank}) must be in the range [0, {args.nnodes})", where)
+    return local
+
+
+def _check_nodes(args: argparse.Namespace) -> None:
+    nnodes, node_rank = args.nnodes, args.node_rank
+    if nnodes > 1 and args.data_parallel_backend != "mp":
+        raise StartupError("ValueError", f"--nnodes {nnodes} requires --data-parallel-backend mp", _ARG_UTILS)
+    if not 0 <= node_rank < nnodes:
+        raise StartupError("ValueError", f"node_rank ({node_rank}) must be in the range [0, {nnodes})", _ARG_UTILS)
     world = args.tensor_parallel_size * args.pipeline_parallel_size * args.prefill_context_parallel_size
-    if world % args.nnodes:
-        raise StartupError("ValueError", f"world_size ({world}) must be divisible by nnodes ({args.nnodes})",
+    if world % nnodes:
+        raise StartupError("ValueError", f"world_size ({world}) must be divisible by nnodes ({nnodes})",
                            "vllm/config/parallel.py")
-    if args.nnodes > 1 and args.node_rank > 0 and not headless:
-        raise StartupError("ValueError", f"node_rank {args.node_rank} of a multi-node (nnodes={args.nnodes}) engine "
+    if nnodes > 1 and node_rank > 0 and not args.headless:
+        raise StartupError("ValueError", f"node_rank {node_rank} of a multi-node (nnodes={nnodes}) engine "
                            "must run with --headless; only node 0 serves the API", "vllm/entrypoints/cli/serve.py")
-    if dp == 1:
-        mode, first = "single", 0
+
+
+def _mode(args: argparse.Namespace, hybrid: bool, external: bool) -> tuple[str, int]:
+    """(load balancing mode, first local DP rank)."""
+    if args.data_parallel_size == 1:
+        return "single", 0
+    if external:
+        return "external", args.data_parallel_rank
+    return ("hybrid" if hybrid else "internal"), args.data_parallel_start_rank or 0
+
+
+def _parallel(args: argparse.Namespace) -> dict[str, Any]:
+    dp = args.data_parallel_size
+    hybrid, external = _lb_modes(args)
+    local = _dp_local(args, external)
+    _check_nodes(args)
+    mode, first = _mode(args, hybrid, external)
+    if mode == "single":
         local = 1
-    elif external:
-        mode, first = "external", rank
-    elif hybrid:
-        mode, first = "hybrid", start or 0
-    else:
-        mode, first = "internal", start or 0
     local_ranks = list(range(first, first + local))
-    if headless:
+    if args.headless:
         managed: list[int] = []
     elif mode == "internal":
         managed = list(range(dp))
     else:
         managed = local_ranks
-    return dict(dp=dp, dp_local=local, dp_start=first, dp_rank_explicit=rank, mode=mode,
+    return dict(dp=dp, dp_local=local, dp_start=first, dp_rank_explicit=args.data_parallel_rank, mode=mode,
                 local_ranks=local_ranks, managed_ranks=managed)
 
 
-def resolve(args: argparse.Namespace) -> ServeConfig:
-    model = args.model_tag or args.model or DEFAULT_MODEL
+def _check_parsers(args: argparse.Namespace) -> None:
+    where = "vllm/entrypoints/openai/cli_args.py"
     if args.enable_auto_tool_choice and not args.tool_call_parser:
-        raise StartupError("TypeError", "Error: --enable-auto-tool-choice requires --tool-call-parser",
-                           "vllm/entrypoints/openai/cli_args.py")
+        raise StartupError("TypeError", "Error: --enable-auto-tool-choice requires --tool-call-parser", where)
     if args.tool_call_parser and args.tool_call_parser not in TOOL_PARSERS:
         raise StartupError("KeyError", repr(f"invalid tool call parser: {args.tool_call_parser} "
-                                            f"(chose from {{ {','.join(TOOL_PARSERS)} }})"),
-                           "vllm/entrypoints/openai/cli_args.py")
+                                            f"(chose from {{ {','.join(TOOL_PARSERS)} }})"), where)
     if args.reasoning_parser and args.reasoning_parser not in REASONING_PARSERS:
         raise StartupError("KeyError", repr(f"invalid reasoning parser: {args.reasoning_parser} "
-                                            f"(chose from {{ {','.join(REASONING_PARSERS)} }})"),
-                           "vllm/entrypoints/openai/cli_args.py")
-    hf = read_model(model)
+                                            f"(chose from {{ {','.join(REASONING_PARSERS)} }})"), where)
+
+
+def _dims(hf: dict) -> tuple[Any, Any]:
+    """(attention heads, hidden layers) from the model's config.json."""
     heads = _text_value(hf, "num_attention_heads", "n_head")
     layers = _text_value(hf, "num_hidden_layers", "n_layer", "num_layers")
     if heads is None or layers is None:
         raise StartupError("AttributeError", "'PretrainedConfig' object has no attribute "
                            f"'{'num_attention_heads' if heads is None else 'num_hidden_layers'}'",
                            "transformers/configuration_utils.py")
+    return heads, layers
+
+
+def _max_model_len(args: argparse.Namespace, hf: dict) -> int:
     derived = _text_value(hf, "max_position_embeddings", "max_sequence_length", "seq_length")
     mml = args.max_model_len
     if mml is None or mml == -1:
-        mml = int(derived) if derived else 2048
-    elif mml <= 0:
+        return int(derived) if derived else 2048
+    if mml <= 0:
         raise StartupError("ValueError", f"max_model_len ({mml}) must be a positive integer or -1 (auto)",
                            "vllm/config/model.py")
-    elif derived and mml > int(derived) and os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("1", "true"):
+    if derived and mml > int(derived) and os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("1", "true"):
         raise StartupError("ValueError", (
             f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
             f"(max_position_embeddings={derived} or model_max_length=None in model's config.json). To allow "
@@ -213,6 +236,28 @@ def resolve(args: argparse.Namespace) -> ServeConfig:
             "must be used with extreme caution. If the model uses relative position encoding (RoPE), positions "
             "exceeding derived_max_model_len lead to nan. If the model uses absolute position encoding, positions "
             "exceeding derived_max_model_len will cause a CUDA array out-of-bounds error."), "vllm/config/model.py")
+    return mml
+
+
+def _limit_mm(args: argparse.Namespace) -> dict[str, int]:
+    limit = {key: int(value["count"]) if isinstance(value, dict) else int(value)
+             for key, value in (args.limit_mm_per_prompt or {}).items()}
+    return {"image": 0, "video": 0, "audio": 0, "vision_chunk": 0} if args.language_model_only else limit
+
+
+def _api_keys(args: argparse.Namespace) -> list[str]:
+    keys = list(args.api_key or [])
+    if not keys and os.environ.get("VLLM_API_KEY"):
+        keys = [os.environ["VLLM_API_KEY"]]
+    return keys
+
+
+def resolve(args: argparse.Namespace) -> ServeConfig:
+    model = args.model_tag or args.model or DEFAULT_MODEL
+    _check_parsers(args)
+    hf = read_model(model)
+    heads, layers = _dims(hf)
+    mml = _max_model_len(args, hf)
     par = _parallel(args)
     tp = args.tensor_parallel_size
     if int(heads) % tp:
@@ -221,14 +266,7 @@ def resolve(args: argparse.Namespace) -> ServeConfig:
     spec = args.speculative_config
     if spec is not None:
         _check_speculative(spec, tp)
-    limit: dict[str, int] = {}
-    for key, value in (args.limit_mm_per_prompt or {}).items():
-        limit[key] = int(value["count"]) if isinstance(value, dict) else int(value)
-    if args.language_model_only:
-        limit = {"image": 0, "video": 0, "audio": 0, "vision_chunk": 0}
-    keys = list(args.api_key or [])
-    if not keys and os.environ.get("VLLM_API_KEY"):
-        keys = [os.environ["VLLM_API_KEY"]]
+    limit = _limit_mm(args)
     prefix = True if args.enable_prefix_caching is None else bool(args.enable_prefix_caching)
     return ServeConfig(
         args=args, model=model, served_names=list(args.served_model_name or [model]), hf=hf,
@@ -237,7 +275,7 @@ def resolve(args: argparse.Namespace) -> ServeConfig:
         dcp=args.decode_context_parallel_size, dp_address=args.data_parallel_address or args.master_addr,
         dp_rpc_port=args.data_parallel_rpc_port or 29550, nnodes=args.nnodes, node_rank=args.node_rank,
         headless=args.headless, block_size=args.block_size or ASCEND_BLOCK_SIZE, prefix_caching=prefix,
-        kv=args.kv_transfer_config, speculative=spec, limit_mm=limit, api_keys=keys,
+        kv=args.kv_transfer_config, speculative=spec, limit_mm=limit, api_keys=_api_keys(args),
         log_stats=not args.disable_log_stats, additional=dict(args.additional_config or {}), **par)
 
 
