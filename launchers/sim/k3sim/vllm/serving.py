@@ -74,7 +74,7 @@ class OpenAIServing:
             raise RequestError(f"The model `{name}` does not exist.", 404, param="model")
         return name
 
-    def _sampling(self, body: dict[str, Any], prompt_len: int, chat: bool) -> dict[str, Any]:
+    def _max_tokens(self, body: dict[str, Any], prompt_len: int, chat: bool) -> int:
         mml = self.cfg.max_model_len
         max_tokens = body.get("max_completion_tokens") if chat else None
         if max_tokens is None:
@@ -87,25 +87,30 @@ class OpenAIServing:
                                f"{prompt_len} input tokens. Please reduce the length of the input messages.",
                                param="input_tokens")
         if max_tokens is None:
-            max_tokens = mml - prompt_len
-        elif max_tokens < 1:
+            return mml - prompt_len
+        if max_tokens < 1:
             raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
-        elif prompt_len + max_tokens > mml:
+        if prompt_len + max_tokens > mml:
             raise RequestError(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
                                f"maximum context length is {mml} tokens and your request has {prompt_len} input "
                                f"tokens ({max_tokens} > {mml} - {prompt_len}).", param="max_tokens")
+        return max_tokens
+
+    @staticmethod
+    def _variant(body: dict[str, Any]) -> int:
+        """Which of the deterministic outputs: 0 greedy, the seed, else random."""
+        if body.get("temperature") == 0:
+            return 0
+        seed = body.get("seed")
+        return int(seed) if seed is not None else random.randrange(1 << 30)
+
+    def _sampling(self, body: dict[str, Any], prompt_len: int, chat: bool) -> dict[str, Any]:
+        max_tokens = self._max_tokens(body, prompt_len, chat)
         min_tokens = int(body.get("min_tokens") or 0)
         if min_tokens > max_tokens:
             raise RequestError(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
                                param="min_tokens")
-        temperature = body.get("temperature")
-        seed = body.get("seed")
-        if temperature == 0:
-            variant = 0
-        elif seed is not None:
-            variant = int(seed)
-        else:
-            variant = random.randrange(1 << 30)
+        variant = self._variant(body)
         n = int(body.get("n") or 1)
         if n < 1:
             raise RequestError(f"n must be at least 1, got {n}.", param="n")
@@ -114,86 +119,41 @@ class OpenAIServing:
 
     # ---- chat rendering ---------------------------------------------------------------------------
     def _render_chat(self, body: dict[str, Any]) -> tuple[list[int], list, dict[str, Any]]:
-        from k3sim.vllm.output import vision
-
         messages = body.get("messages")
         if messages is None:
             raise _missing("messages", body)
         if not isinstance(messages, list):
             raise RequestError("messages must be a list")
-        ids: list[int] = []
-        mm: list[list] = []
-        images: list[dict[str, Any]] = []
-        question = ""
         limit = self.cfg.limit_mm.get(self.image_modality, self.cfg.limit_mm.get("image", 999))
-        count = 0
+        prompt = _ChatPrompt(self.image_modality, limit, self.cfg.args.allowed_local_media_path)
         tools = body.get("tools") or []
         if tools:
-            ids += cache.encode(f"<|open|>tools<|sep|>{json.dumps(tools, sort_keys=True)}<|close|>tools<|sep|>")
+            prompt.ids += cache.encode(f"<|open|>tools<|sep|>{json.dumps(tools, sort_keys=True)}<|close|>tools<|sep|>")
         for msg in messages:
-            if not isinstance(msg, dict) or "role" not in msg:
-                raise RequestError("Each message must be an object with a 'role'.")
-            role = str(msg["role"])
-            ids += cache.encode(f"<|open|>{role}<|sep|>")
-            content = msg.get("content")
-            parts = [{"type": "text", "text": content}] if isinstance(content, str) else (content or [])
-            text_parts = []
-            for part in parts:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind in ("text", "input_text"):
-                    ids += cache.encode(str(part.get("text", "")))
-                    text_parts.append(str(part.get("text", "")))
-                elif kind in ("image_url", "input_image", "image"):
-                    count += 1
-                    if count > limit:
-                        raise RequestError(f"At most {limit} {self.image_modality}(s) may be provided in one prompt. "
-                                           "Set `--limit-mm-per-prompt` to increase this limit.",
-                                           param=self.image_modality)
-                    url = part.get("image_url")
-                    url = url.get("url") if isinstance(url, dict) else url
-                    img = vision.load(str(url or ""), self.cfg.args.allowed_local_media_path)
-                    images.append({"width": img.width, "height": img.height, "colour": img.colour})
-                    ids.append(cache.token_id("<|media_start|>"))
-                    mm.append([len(ids), img.num_tokens, img.digest])
-                    ids += [cache.token_id("<|media_pad|>")] * img.num_tokens
-                    ids.append(cache.token_id("<|media_end|>"))
-                else:
-                    raise RequestError(f"Unknown part type: {kind}")
-            if msg.get("reasoning") or msg.get("reasoning_content"):
-                ids += cache.encode(str(msg.get("reasoning") or msg.get("reasoning_content")))
-            if msg.get("tool_calls"):
-                ids += cache.encode(json.dumps(msg["tool_calls"], sort_keys=True))
-            ids += cache.encode(f"<|close|>{role}<|sep|>")
-            if role == "user":
-                question = " ".join(text_parts)
-        ids += cache.encode("<|open|>assistant<|sep|>")
-        kwargs = body.get("chat_template_kwargs") or {}
-        thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
-        think = True if thinking is None and enable is None else bool(thinking) or bool(enable)
-        render = {"kind": "chat", "question": question, "images": images, "thinking": think}
-        return ids, mm, render
+            prompt.message(msg)
+        prompt.ids += cache.encode("<|open|>assistant<|sep|>")
+        render = {"kind": "chat", "question": prompt.question, "images": prompt.images, "thinking": _thinking(body)}
+        return prompt.ids, prompt.mm, render
 
-    def _tool_choice(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    def _tool_choice(self, body: dict[str, Any]) -> tuple[dict[str, Any] | list | None, str]:
         tools = body.get("tools") or []
         choice = body.get("tool_choice", "auto" if tools else "none")
-        auto_ok = self.cfg.args.enable_auto_tool_choice and self.cfg.args.tool_call_parser
-        if choice == "auto" and tools and not auto_ok:
-            raise RequestError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
-        if choice in ("required",) or isinstance(choice, dict):
-            if not tools:
-                raise RequestError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
+        self._check_tool_choice(choice, tools)
         if not tools or choice == "none":
             return None, "none"
         funcs = [t.get("function", {}) for t in tools if isinstance(t, dict)]
         if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name")
-            match = next((f for f in funcs if f.get("name") == name), None)
-            if match is None:
-                raise RequestError(f"Tool '{name}' has not been passed in `tools`.", param="tool_choice")
-            return match, "named"
+            return _named_tool(choice, funcs), "named"
         if not funcs or not all(f.get("name") for f in funcs):
             raise RequestError("Each tool must be a function with a name.", param="tools")
         return funcs, str(choice)
+
+    def _check_tool_choice(self, choice: Any, tools: list) -> None:
+        auto_ok = self.cfg.args.enable_auto_tool_choice and self.cfg.args.tool_call_parser
+        if choice == "auto" and tools and not auto_ok:
+            raise RequestError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        if (choice == "required" or isinstance(choice, dict)) and not tools:
+            raise RequestError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
 
     # ---- endpoints -------------------------------------------------------------------------------
     def chat(self, body: Any, headers: dict[str, str]) -> Reply:
@@ -353,72 +313,147 @@ class OpenAIServing:
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         head = {"id": ctx["id"], "object": obj, "created": ctx["created"], "model": ctx["model"]}
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        first_token_at = None
+        chunks = self._chat_chunks if kind == "chat" else self._completion_chunks
         try:
             for index, result in enumerate(results):
-                tokens = result["tokens"]
-                if kind == "chat":
-                    yield self._event({**head, "choices": [{"index": index, "delta": {"role": "assistant",
-                                                                                      "content": ""},
-                                                            "logprobs": None, "finish_reason": None}]})
-                    prev = parsers.Parsed(None, None, [])
-                    sent_names: set[int] = set()
-                    sent_args: dict[int, str] = {}
-                    text = ""
-                    for i, tok in enumerate(tokens):
-                        text += tok
-                        if self.delay:
-                            time.sleep(self.delay)
-                        first_token_at = first_token_at or time.time()
-                        cur = self._parsed(text, parse)
-                        delta = self._delta(prev, cur, sent_names, sent_args)
-                        prev = cur
-                        last = i == len(tokens) - 1
-                        if last:
-                            calls = [c for c in cur.tool_calls if c.complete]
-                            finish = self._finish(result, calls, parse)
-                            choice = {"index": index, "delta": delta or {"content": ""}, "logprobs": None,
-                                      "finish_reason": finish, "stop_reason": None}
-                            yield self._event({**head, "choices": [choice]})
-                        elif delta:
-                            yield self._event({**head, "choices": [{"index": index, "delta": delta, "logprobs": None,
-                                                                    "finish_reason": None}]})
-                else:
-                    for i, tok in enumerate(tokens):
-                        if self.delay:
-                            time.sleep(self.delay)
-                        first_token_at = first_token_at or time.time()
-                        last = i == len(tokens) - 1
-                        choice = {"index": index, "text": tok, "logprobs": None,
-                                  "finish_reason": result["finish_reason"] if last else None}
-                        if last:
-                            choice["stop_reason"] = None
-                        yield self._event({**head, "choices": [choice]})
+                for choice in chunks(index, result, parse):
+                    yield self._event({**head, "choices": [choice]})
             if include_usage:
                 yield self._event({**head, "choices": [], "usage": {k: v for k, v in usage.items() if v is not None}})
             yield b"data: [DONE]\n\n"
         finally:
             self._account(ctx, results, stream=True)
 
+    def _tokens(self, tokens: list[str]) -> Iterator[tuple[str, bool]]:
+        """(token, is last), paced like generation."""
+        for i, tok in enumerate(tokens):
+            if self.delay:
+                time.sleep(self.delay)
+            yield tok, i == len(tokens) - 1
+
+    def _chat_chunks(self, index: int, result: dict[str, Any], parse: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        prev = parsers.Parsed(None, None, [])
+        sent_names: set[int] = set()
+        sent_args: dict[int, str] = {}
+        text = ""
+        for tok, last in self._tokens(result["tokens"]):
+            text += tok
+            cur = self._parsed(text, parse)
+            delta = self._delta(prev, cur, sent_names, sent_args)
+            prev = cur
+            if last:
+                finish = self._finish(result, [c for c in cur.tool_calls if c.complete], parse)
+                yield {"index": index, "delta": delta or {"content": ""}, "logprobs": None,
+                       "finish_reason": finish, "stop_reason": None}
+            elif delta:
+                yield {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+
+    def _completion_chunks(self, index: int, result: dict[str, Any],
+                           parse: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        for tok, last in self._tokens(result["tokens"]):
+            choice = {"index": index, "text": tok, "logprobs": None,
+                      "finish_reason": result["finish_reason"] if last else None}
+            if last:
+                choice["stop_reason"] = None
+            yield choice
+
     @staticmethod
     def _delta(prev: parsers.Parsed, cur: parsers.Parsed, sent_names: set[int],
                sent_args: dict[int, str]) -> dict[str, Any]:
         delta: dict[str, Any] = {}
-        if (cur.reasoning or "") != (prev.reasoning or ""):
-            delta["reasoning"] = (cur.reasoning or "")[len(prev.reasoning or ""):]
-        if (cur.content or "") != (prev.content or ""):
-            delta["content"] = (cur.content or "")[len(prev.content or ""):]
-        calls = []
-        for i, call in enumerate(cur.tool_calls):
-            if i not in sent_names and call.name:
-                sent_names.add(i)
-                calls.append({"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function", "index": i,
-                              "function": {"name": call.name}})
-            stable = call.stable_prefix()
-            done = sent_args.get(i, "")
-            if i in sent_names and len(stable) > len(done):
-                calls.append({"index": i, "function": {"arguments": stable[len(done):]}})
-                sent_args[i] = stable
+        for key in ("reasoning", "content"):
+            before, now = getattr(prev, key) or "", getattr(cur, key) or ""
+            if now != before:
+                delta[key] = now[len(before):]
+        calls = [d for i, call in enumerate(cur.tool_calls) for d in _call_deltas(i, call, sent_names, sent_args)]
         if calls:
             delta["tool_calls"] = calls
         return delta
+
+
+def _call_deltas(i: int, call: parsers.ToolCall, sent_names: set[int], sent_args: dict[int, str]) -> list[dict]:
+    """A tool call's name once it is known, then each argument text that can no longer change."""
+    out: list[dict] = []
+    if i not in sent_names and call.name:
+        sent_names.add(i)
+        out.append({"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function", "index": i,
+                    "function": {"name": call.name}})
+    stable = call.stable_prefix()
+    done = sent_args.get(i, "")
+    if i in sent_names and len(stable) > len(done):
+        out.append({"index": i, "function": {"arguments": stable[len(done):]}})
+        sent_args[i] = stable
+    return out
+
+
+def _thinking(body: dict[str, Any]) -> bool:
+    """``chat_template_kwargs`` thinking / enable_thinking; thinking is on unless one says otherwise."""
+    kwargs = body.get("chat_template_kwargs") or {}
+    thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
+    return True if thinking is None and enable is None else bool(thinking) or bool(enable)
+
+
+def _named_tool(choice: dict[str, Any], funcs: list[dict[str, Any]]) -> dict[str, Any]:
+    name = (choice.get("function") or {}).get("name")
+    match = next((f for f in funcs if f.get("name") == name), None)
+    if match is None:
+        raise RequestError(f"Tool '{name}' has not been passed in `tools`.", param="tool_choice")
+    return match
+
+
+_IMAGE_PARTS = ("image_url", "input_image", "image")
+
+
+class _ChatPrompt:
+    """The prompt token ids of a chat request, message by message, with the images it carries."""
+
+    def __init__(self, modality: str, limit: int, media_path: Any) -> None:
+        self.modality, self.limit, self.media_path = modality, limit, media_path
+        self.ids: list[int] = []
+        self.mm: list[list] = []
+        self.images: list[dict[str, Any]] = []
+        self.question = ""
+
+    def message(self, msg: Any) -> None:
+        if not isinstance(msg, dict) or "role" not in msg:
+            raise RequestError("Each message must be an object with a 'role'.")
+        role = str(msg["role"])
+        self.ids += cache.encode(f"<|open|>{role}<|sep|>")
+        content = msg.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else (content or [])
+        text_parts = [self._part(part) for part in parts]
+        if msg.get("reasoning") or msg.get("reasoning_content"):
+            self.ids += cache.encode(str(msg.get("reasoning") or msg.get("reasoning_content")))
+        if msg.get("tool_calls"):
+            self.ids += cache.encode(json.dumps(msg["tool_calls"], sort_keys=True))
+        self.ids += cache.encode(f"<|close|>{role}<|sep|>")
+        if role == "user":
+            self.question = " ".join(t for t in text_parts if t is not None)
+
+    def _part(self, part: Any) -> str | None:
+        """Encode one content part; its text, or None for an image."""
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "input_text"):
+            text = str(part.get("text", ""))
+            self.ids += cache.encode(text)
+            return text
+        if kind in _IMAGE_PARTS:
+            self._image(part)
+            return None
+        raise RequestError(f"Unknown part type: {kind}")
+
+    def _image(self, part: dict[str, Any]) -> None:
+        from k3sim.vllm.output import vision
+
+        if len(self.images) + 1 > self.limit:
+            raise RequestError(f"At most {self.limit} {self.modality}(s) may be provided in one prompt. "
+                               "Set `--limit-mm-per-prompt` to increase this limit.", param=self.modality)
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        img = vision.load(str(url or ""), self.media_path)
+        self.images.append({"width": img.width, "height": img.height, "colour": img.colour})
+        self.ids.append(cache.token_id("<|media_start|>"))
+        self.mm.append([len(self.ids), img.num_tokens, img.digest])
+        self.ids += [cache.token_id("<|media_pad|>")] * img.num_tokens
+        self.ids.append(cache.token_id("<|media_end|>"))
