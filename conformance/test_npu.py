@@ -35,10 +35,9 @@ def test_npu_smi_devices_healthy(node, tools):
         f"{node.platform} (one per {'die' if node.platform == 'A3' else 'NPU'}); check the driver "
         f"(npu-smi info on the host) and the --device /dev/davinciN mounts of the container:\n{out}")
     bad = [i for i, h in enumerate(healths) if h != "OK"]
-    assert not bad, (f"{node.name}: device(s) {bad} (NPU, chip: "
-                     f"{[(info.chips[i].npu, info.chips[i].chip) for i in bad]}) report health "
-                     f"{[healths[i] for i in bad]}, expected OK; see npu-smi info -t health -i <card> for the error "
-                     "code, then reset or replace the NPU")
+    assert not bad, (f"{node.name}: device(s) {bad} report health {[healths[i] for i in bad]}, expected OK "
+                     f"(NPU, chip: {[(info.chips[i].npu, info.chips[i].chip) for i in bad]}); see npu-smi info -t "
+                     "health -i <card> for the error code, then reset or replace the NPU")
 
 
 def _per_device(tools, node, option: str) -> dict[int, str]:

@@ -359,28 +359,44 @@ LIVE = [
           message="prints 15 health rows, expected 16"),
     Fault("L-LINK-DOWN-OFF", "F5 device link DOWN (another node, another device)", "a3_pd_1m",
           S({"test_hccn_links_up[d3]", "test_hccn_net_health[d3]"}),
-          **_hw("d3", "devices.15.link", "DOWN"), message="15: 'link status: DOWN'"),
+          **_hw("d3", "devices.15.link", "DOWN"), message="d3: link DOWN on device(s) [15]"),
     Fault("L-NET-HEALTH-OFF", "F5 device net health Fault (another node, another device)", "a3_pd_1m",
           S({"test_hccn_net_health[p2]"}), **_hw("p2", "devices.11.net_health", "Fault"),
-          message="11: 'net health status: Fault'"),
+          message="state {11: 'Fault'}"),
     Fault("L-TLS-OFF", "TLS switch differs (another node, another device)", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
           **_hw("d3", "devices.14.tls_switch", "1"), message="('d3', 14)"),
     Fault("L-TLS-UNPARSED", "hccn_tool -tls -g fails on one device (no tls switch printed)", "a3_pd_1m",
           S({"test_hccn_tls_consistent"}),
           **_hw("d1", "devices.6.tls_error", "dsmi_get_tls_cfg failed, ret = 87"),
-          message="gave no 'tls switch[N]' on [('d1', 6)]"),
+          message="unparsed output of hccn_tool -tls -g on (node, device) [('d1', 6)]"),
     # A3 checks -vnic: a die without a vNIC address fails the address check and, as every device is
     # a source and a target once per run, the reachability check names it too. On-sample d1/4, off p3/13.
-    Fault("L-DEVICE-ADDR", "a die without its vNIC address", "a3_pd_1m",
+    Fault("L-DEVICE-ADDR", "a die without its vNIC address (hccn_tool prints 0.0.0.0)", "a3_pd_1m",
           S({"test_hccn_device_addresses[d1]", "test_cross_node_reachability"}), **_hw("d1", "devices.4.no_vnic", "true"),
-          message="expected an ipaddr, seen {4: 'vnic link status: UP"),
+          message="d1 device 4: no address (vnic ipaddr 0.0.0.0)"),
     Fault("L-DEVICE-ADDR-OFF", "a die without its vNIC address (another node, another device)", "a3_pd_1m",
           S({"test_hccn_device_addresses[p3]", "test_cross_node_reachability"}), **_hw("p3", "devices.13.no_vnic", "true"),
-          message="p3 device 13: no vnic address"),
+          message="p3 device 13: no address (vnic ipaddr 0.0.0.0)"),
+    # The vNIC link can be DOWN while an address is set (hccn_tool prints both): the address check
+    # names it, and reachability finds no usable vNIC to ping there.
+    Fault("L-VNIC-LINK-DOWN", "a die's vNIC link DOWN with its address set", "a3_pd_1m",
+          S({"test_hccn_device_addresses[d2]", "test_cross_node_reachability"}),
+          **_hw("d2", "devices.7.vnic_link", "DOWN"), message="d2 device 7: vnic link DOWN (address "),
+    # -hccs_ping answers a busy device "The device is occupied. Please try again later." and did
+    # nothing: the check retries it, so a device busy for a while passes and one that stays busy fails.
+    Fault("L-HCCS-BUSY-CLEARS", "healthy control: -hccs_ping busy three times, then answering (the retry passes)", "a3_pd_1m", S(),
+          **_hw("p1", "devices.5.hccs_busy", "3")),
+    Fault("L-HCCS-BUSY", "-hccs_ping busy on every try", "a3_pd_1m", S({"test_cross_node_reachability"}),
+          **_hw("p1", "devices.5.hccs_busy", "always"),
+          message="still busy after the retries: 'The device is occupied"),
+    # A table row no reader knows fails the health check as unparsed output, never as healthy.
+    Fault("L-NPU-SMI-UNPARSED", "npu-smi info prints a row the readers cannot read", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[p2]"}), **_hw("p2", "npu_smi.table", "garbled"),
+          message="p2: unparsed output of npu-smi info"),
     # A2 checks -ip: a device with no IP also reports net health Init (it cannot reach its netdetect address)
     Fault("L-DEVICE-IP-A2", "an A2 NPU without its device IP", "k3_a2_mixed",
           S({"test_hccn_device_addresses[node2]", "test_hccn_net_health[node2]", "test_cross_node_reachability"}),
-          **_hw("node2", "devices.5.no_ip", "true"), message="seen {5: 'Get ipconf failed"),
+          **_hw("node2", "devices.5.no_ip", "true"), message="node2 device 5: no address (none preset)"),
     # vLLM closes the DP RPC port after the handshake: a listener there after start-up is another process
     Fault("L-DP-RPC-HELD", "the DP RPC port listens after start-up (a stray process holds it)", "k3_a3_mixed",
           S({"test_startup_ports_closed[node0]"}), **_stray_listener("node0", 12345),

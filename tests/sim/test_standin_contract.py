@@ -98,11 +98,11 @@ def test_an_unset_or_down_vnic_reads_as_the_real_tool_prints_it(tmp_path):
 
 
 def test_a_busy_hccs_ping_uses_the_real_wording_and_clears(tmp_path):
-    faults = {"devices": {"0": {"hccs_busy": 1}}}
-    args = ("-i", "0", "-hccs_ping", "-g", "address", "127.0.1.11", "cnt", "1")
-    first = tool(tmp_path, HCCN_TOOL, *args, platform="A3", faults=faults)
+    write_node(tmp_path, devices=DEVICES, platform="A3", faults={"devices": {"0": {"hccs_busy": 1}}})
+    args = [HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "127.0.1.11", "cnt", "1"]
+    first = run(args, base_env(tmp_path))
     assert first.stdout == (CORPUS / "constructed/hccn_hccs_ping_busy.txt").read_text() and toolparse.busy(first.stdout)
-    second = tool(tmp_path, HCCN_TOOL, *args, platform="A3", faults=faults)
+    second = run(args, base_env(tmp_path))  # the same fault: the count goes on
     assert not toolparse.busy(second.stdout)
     toolparse.ping(second.stdout)  # a summary the reader can read, whatever the loss on this host
 

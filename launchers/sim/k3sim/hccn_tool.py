@@ -163,13 +163,19 @@ def newer_driver(node: hw.Node) -> bool:
 
 
 def still_busy(node: hw.Node, device_id: int, fault: dict) -> bool:
-    """Fault ``hccs_busy``: answer busy that many times (counted per node and device), or always."""
+    """Fault ``hccs_busy``: answer busy that many times, or always. Counted per device and per
+    version of the node file, so setting the fault again starts a new count."""
     times = fault.get("hccs_busy")
     if not times:
         return False
     if times == "always":
         return True
-    path = f"{LOCK_FILE}.hccs-busy-{node.data.get('node', 'node')}-{device_id}"
+    try:
+        st = os.stat(hw.node_file())
+        version = f"{st.st_ino}-{st.st_mtime_ns}"
+    except OSError:
+        version = "none"
+    path = f"{LOCK_FILE}.hccs-busy-{device_id}-{version}"
     try:
         with open(path) as fh:
             seen = int(fh.read().strip() or 0)
