@@ -195,31 +195,35 @@ class Frontend:
         return Handler
 
     def _route(self, method: str, path: str) -> Callable[[Any, dict[str, str]], Any] | None:
-        s = self.serving
-        assert s is not None and self.runtime is not None and self.metrics is not None
-        rt, metrics = self.runtime, self.metrics
-        if path == "/health" and method in ("GET", "HEAD") or path == "/ping" and method in ("GET", "POST"):
-            return lambda b, h: (503 if rt.dead.is_set() else 200, b"", None)
-        if path == "/version" and method == "GET":
-            return lambda b, h: Reply(200, {"version": VLLM_VERSION})
-        if path == "/load" and method == "GET":
-            return lambda b, h: Reply(200, {"server_load": self.load - 1})
-        if path.startswith("/metrics") and method == "GET":
-            return lambda b, h: (200, *metrics.exposition())
-        if path == "/v1/models" and method == "GET":
-            return lambda b, h: Reply(200, s.models())
-        if path == "/v1/chat/completions" and method == "POST":
-            return s.chat
-        if path == "/v1/completions" and method == "POST":
-            return s.completion
-        if path == "/tokenize" and method == "POST":
-            return self._tokenize
-        if path == "/reset_prefix_cache" and method == "POST" and _dev_mode():
-            def reset(b: Any, h: dict[str, str]) -> tuple[int, bytes, None]:
-                rt.reset_prefix_cache()
-                return 200, b"", None
-            return reset
-        return None
+        return self._routes().get((method, "/metrics" if path.startswith("/metrics") else path))
+
+    def _routes(self) -> dict[tuple[str, str], Callable[[Any, dict[str, str]], Any]]:
+        """(method, path) -> handler(body, headers); the reset endpoint only in dev mode, as in vLLM."""
+        s, rt, metrics = self.serving, self.runtime, self.metrics
+        assert s is not None and rt is not None and metrics is not None
+
+        def health(b: Any, h: dict[str, str]) -> tuple[int, bytes, None]:
+            return 503 if rt.dead.is_set() else 200, b"", None
+
+        routes: dict[tuple[str, str], Callable[[Any, dict[str, str]], Any]] = {
+            ("GET", "/health"): health, ("HEAD", "/health"): health,
+            ("GET", "/ping"): health, ("POST", "/ping"): health,
+            ("GET", "/version"): lambda b, h: Reply(200, {"version": VLLM_VERSION}),
+            ("GET", "/load"): lambda b, h: Reply(200, {"server_load": self.load - 1}),
+            ("GET", "/metrics"): lambda b, h: (200, *metrics.exposition()),
+            ("GET", "/v1/models"): lambda b, h: Reply(200, s.models()),
+            ("POST", "/v1/chat/completions"): s.chat,
+            ("POST", "/v1/completions"): s.completion,
+            ("POST", "/tokenize"): self._tokenize,
+        }
+        if _dev_mode():
+            routes[("POST", "/reset_prefix_cache")] = self._reset_prefix_cache
+        return routes
+
+    def _reset_prefix_cache(self, body: Any, headers: dict[str, str]) -> tuple[int, bytes, None]:
+        assert self.runtime is not None
+        self.runtime.reset_prefix_cache()
+        return 200, b"", None
 
     def _tokenize(self, body: Any, headers: dict[str, str]) -> Reply:
         from k3sim.vllm import cache

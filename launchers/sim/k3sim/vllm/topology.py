@@ -118,66 +118,92 @@ class GroupServer:
             chan.close()
             return
         rank = int(hello.get("rank", -1))
+        member = self._admit(chan, rank, hello)
+        if member is None:
+            return
+        chan.settimeout(None)
+        chan.send({"op": "accept"})
+        self.log.debug("core_client.py:790", "HELLO from %s", self._noun(rank))
+        self._serve(member)
+        self._lost(member)
+
+    def _admit(self, chan: wire.Channel, rank: int, hello: dict) -> Member | None:
+        """The new member, or None after rejecting it (known rank, unexpected rank, other configuration)."""
         if rank in self.own:
-            return self._reject(chan, "RuntimeError", f"Unexpected HELLO message for remote {self._noun(rank)} in "
-                                "CONNECTED state.")
+            self._reject(chan, "RuntimeError", f"Unexpected HELLO message for remote {self._noun(rank)} in "
+                         "CONNECTED state.")
+            return None
         if rank not in self.expected:
             msg = (f"Message from engine with unexpected data parallel rank: {rank}" if self.kind == "dp"
                    else f"Unexpected node rank {rank}: expected one of {sorted(self.expected)} (nnodes mismatch?)")
-            return self._reject(chan, "RuntimeError", msg)
+            self._reject(chan, "RuntimeError", msg)
+            return None
         with self._lock:
             duplicate = rank in self.members and self.members[rank].alive
             if not duplicate:
                 member = Member(rank, chan, hello.get("info") or {})
                 self.members[rank] = member
         if duplicate:
-            return self._reject(chan, "RuntimeError", f"Unexpected HELLO message for remote {self._noun(rank)} in "
-                                "CONNECTED state.")
+            self._reject(chan, "RuntimeError", f"Unexpected HELLO message for remote {self._noun(rank)} in "
+                         "CONNECTED state.")
+            return None
         diffs = _diff(self.fingerprint, hello.get("fingerprint") or {})
         if diffs:
             with self._lock:
                 self.members.pop(rank, None)
-            if self.kind == "dp":
-                msg = (f"Configuration mismatch detected for engine {rank}. All DP workers must have identical "
-                       f"configurations for parameters that affect collective communication. Mismatch: "
-                       f"{'; '.join(diffs)}. Please ensure all workers are started with the same command-line "
-                       "arguments.")
-            else:
-                msg = (f"Configuration mismatch detected for node {rank}: {'; '.join(diffs)} (node 0 vs node "
-                       f"{rank}). All nodes of a multi-node engine must be started with the same model, parallel "
-                       "sizes, layer partition and max_model_len.")
-            return self._reject(chan, "RuntimeError", msg)
-        chan.settimeout(None)
-        chan.send({"op": "accept"})
-        self.log.debug("core_client.py:790", "HELLO from %s", self._noun(rank))
+            self._reject(chan, "RuntimeError", self._mismatch(rank, diffs))
+            return None
+        return member
+
+    def _mismatch(self, rank: int, diffs: list[str]) -> str:
+        if self.kind == "dp":
+            return (f"Configuration mismatch detected for engine {rank}. All DP workers must have identical "
+                    f"configurations for parameters that affect collective communication. Mismatch: "
+                    f"{'; '.join(diffs)}. Please ensure all workers are started with the same command-line "
+                    "arguments.")
+        return (f"Configuration mismatch detected for node {rank}: {'; '.join(diffs)} (node 0 vs node "
+                f"{rank}). All nodes of a multi-node engine must be started with the same model, parallel "
+                "sizes, layer partition and max_model_len.")
+
+    def _serve(self, member: Member) -> None:
+        """A member's messages until its connection ends: ``loaded`` and ``res`` (answers to calls)."""
+        ops = {"loaded": self._on_loaded, "res": self._on_result}
         while True:
-            msg = chan.recv()
+            msg = member.chan.recv()
             if msg is None:
-                break
-            op = msg.get("op")
-            if op == "loaded":
-                member.info.update(msg.get("info") or {})
-                member.loaded.set()
-            elif op == "res":
-                with member.lock:
-                    waiter = member.pending.pop(int(msg["id"]), None)
-                if waiter:
-                    waiter[1].append(msg.get("payload"))
-                    waiter[0].set()
+                return
+            handler = ops.get(msg.get("op"))
+            if handler is not None:
+                handler(member, msg)
+
+    @staticmethod
+    def _on_loaded(member: Member, msg: dict) -> None:
+        member.info.update(msg.get("info") or {})
+        member.loaded.set()
+
+    @staticmethod
+    def _on_result(member: Member, msg: dict) -> None:
+        with member.lock:
+            waiter = member.pending.pop(int(msg["id"]), None)
+        if waiter:
+            waiter[1].append(msg.get("payload"))
+            waiter[0].set()
+
+    def _lost(self, member: Member) -> None:
         member.alive = False
-        chan.close()
+        member.chan.close()
         with member.lock:
             for event, box in member.pending.values():
                 box.append(None)
                 event.set()
             member.pending.clear()
         if self._started.is_set():
-            self.on_lost(rank)
+            self.on_lost(member.rank)
         else:
             with self._lock:
-                if self.members.get(rank) is member:
-                    self.members.pop(rank)
-            self.log.debug("core_client.py:790", "%s disconnected before start", self._noun(rank))
+                if self.members.get(member.rank) is member:
+                    self.members.pop(member.rank)
+            self.log.debug("core_client.py:790", "%s disconnected before start", self._noun(member.rank))
 
     def wait_loaded(self, deadline: float, own_ready: Callable[[], bool]) -> None:
         last_log = 0.0
