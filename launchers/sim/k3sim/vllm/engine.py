@@ -63,6 +63,34 @@ class Engine:
         self.cache.reset()
         return True
 
+    def _external(self, rid: str, params: dict[str, Any], n: int, hashes: list, limit: int, local_blocks: int,
+                  stats: dict[str, int]) -> tuple[int, str | None]:
+        """(tokens loaded from outside, failure cause if the request fails): a Mooncake pull or the KV pool."""
+        mc = self.mooncake
+        if mc is not None and mc.conn.is_consumer and params.get("do_remote_prefill"):
+            ok, reason = mc.pull(rid, params, n)
+            if ok:
+                # vllm-ascend's Mooncake connector reports the whole prompt as external on every
+                # pull (do_remote_prefill), whatever the local cache holds or the prefix repeats
+                stats["ext_queries"] = n
+                return n, None
+            return 0, reason if mc.conn.load_failure_policy == "fail" else None
+        if self.pool is not None and self.pool.load_enabled:
+            return self._from_pool(rid, n, hashes, limit, local_blocks)
+        return 0, None
+
+    def _from_pool(self, rid: str, n: int, hashes: list, limit: int, local_blocks: int) -> tuple[int, str | None]:
+        assert self.pool is not None
+        bs = self.block_size
+        pool_blocks = self.pool.lookup(hashes, limit)
+        self.log.debug("pool_scheduler.py:131", "Reqid: %s, Total tokens %d, kvpool hit tokens: %d, need to "
+                       "load: %d", rid, n, pool_blocks * bs, max(0, pool_blocks - local_blocks) * bs)
+        if pool_blocks <= local_blocks:
+            return 0, None
+        if self.pool.load(hashes[local_blocks:pool_blocks]):
+            return (pool_blocks - local_blocks) * bs, None
+        return 0, "KV pool load failed" if self.pool.conn.load_failure_policy == "fail" else None
+
     def process(self, req: dict[str, Any]) -> dict[str, Any]:
         wait_while_hung()
         rid = req["request_id"]
@@ -79,27 +107,10 @@ class Engine:
         external = 0
         if self.kv is not None:
             stats["ext_queries"] = n - local
-            mc = self.mooncake
-            if mc is not None and mc.conn.is_consumer and params.get("do_remote_prefill"):
-                ok, reason = mc.pull(rid, params, n)
-                if ok:
-                    # vllm-ascend's Mooncake connector reports the whole prompt as external on every
-                    # pull (do_remote_prefill), whatever the local cache holds or the prefix repeats
-                    stats["ext_queries"] = n
-                    external = n
-                elif mc.conn.load_failure_policy == "fail":
-                    return {"error": {"status": 500, "message": "Internal server error", "cause": reason},
-                            "stats": stats, "num_prompt_tokens": n}
-            elif self.pool is not None and self.pool.load_enabled:
-                pool_blocks = self.pool.lookup(hashes, limit)
-                self.log.debug("pool_scheduler.py:131", "Reqid: %s, Total tokens %d, kvpool hit tokens: %d, need to "
-                               "load: %d", rid, n, pool_blocks * bs, max(0, pool_blocks - local_blocks) * bs)
-                if pool_blocks > local_blocks:
-                    if self.pool.load(hashes[local_blocks:pool_blocks]):
-                        external = (pool_blocks - local_blocks) * bs
-                    elif self.pool.conn.load_failure_policy == "fail":
-                        return {"error": {"status": 500, "message": "Internal server error",
-                                          "cause": "KV pool load failed"}, "stats": stats, "num_prompt_tokens": n}
+            external, cause = self._external(rid, params, n, hashes, limit, local_blocks, stats)
+            if cause is not None:
+                return {"error": {"status": 500, "message": "Internal server error", "cause": cause},
+                        "stats": stats, "num_prompt_tokens": n}
             stats["ext_hits"] = external
         # The prompt is now computed on this engine: its full blocks become cacheable.
         self.cache.insert(hashes)

@@ -35,6 +35,14 @@ def _zmq_bind_error(exc: OSError, host: str, port: int) -> StartupError:
                         "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py", stage="engine")
 
 
+class _PullFailed(Exception):
+    """A KV pull that failed: the reason logged and returned, Mooncake's return code."""
+
+    def __init__(self, reason: str, ret: int = -1) -> None:
+        super().__init__(reason)
+        self.reason, self.ret = reason, ret
+
+
 class MooncakeSide:
     """One engine's Mooncake P2P endpoint (all local tp/pcp ranks of this node's PP stages)."""
 
@@ -189,10 +197,8 @@ class MooncakeSide:
         ptp = int(params.get("remote_ptp_size") or self.sizes["prefill_tp"])
         ppcp = int(params.get("remote_pcp_size") or self.sizes["prefill_pcp"])
         ppp = int(self.sizes["prefill_pp"])
-        if ptp > self.tp:  # each D rank pulls from one P rank of its group
-            tp_ranks = sorted({d * ptp // self.tp for d in range(self.tp)})
-        else:
-            tp_ranks = list(range(ptp))
+        # each D rank pulls from one P rank of its group
+        tp_ranks = sorted({d * ptp // self.tp for d in range(self.tp)}) if ptp > self.tp else list(range(ptp))
         base = int(params["remote_port"])
         mapping = params.get("remote_multi_nodes_meta_mapping") or {}
         out = []
@@ -209,45 +215,66 @@ class MooncakeSide:
         """Fetch the prefill's KV for this request; (ok, reason)."""
         remote_rid = str(params.get("remote_request_id") or request_id)
         start = time.time()
+        try:
+            session = self._transfer(remote_rid, params)
+        except _PullFailed as exc:
+            return self._failed(remote_rid, exc.reason, exc.ret)
+        self.log.info("mooncake_connector.py:702", "KV cache transfer for request %s took %.2f ms. local_ip %s "
+                      "local_device_id %s remote_session_id %s", request_id, (time.time() - start) * 1000, self.host,
+                      0, session)
+        return True, ""
+
+    def _transfer(self, remote_rid: str, params: dict[str, Any]) -> str:
+        """Handshake with every remote rank, read the blocks from rank 0; its session id."""
         remote_engine = str(params.get("remote_engine_id"))
         if remote_engine == self.engine_id:
-            return self._failed(remote_rid, f"AssertionError: Conflict engine id {remote_engine} with local engine id "
-                                f"{self.engine_id}.")
+            raise _PullFailed(f"AssertionError: Conflict engine id {remote_engine} with local engine id "
+                              f"{self.engine_id}.")
         # A refused or dropped handshake still fails at once; the timeout only bounds a slow peer. 2 s was
         # too short for the stand-in's Python side channel on a 2-core machine running two scenarios
         # (a healthy release failed "handshake ... timed out" at load 9).
         timeout = float(os.environ.get("K3SIM_KV_CONNECT_TIMEOUT_S", "10"))
-        refused = hw.faults("engine").get("kv_pull_refused")  # fault: this Decode cannot reach Prefill KV ports
+        refused = bool(hw.faults("engine").get("kv_pull_refused"))  # fault: this Decode cannot reach Prefill KV ports
         try:
             targets = self._remote_ports(params)
         except (KeyError, TypeError, ValueError) as exc:
             self.log.warning("mooncake_connector.py:120", "Got invalid KVTransferParams. params=%s. ", params)
-            return self._failed(remote_rid, f"invalid kv_transfer_params: {exc}")
+            raise _PullFailed(f"invalid kv_transfer_params: {exc}") from None
         head: tuple[str, int] | None = None
         session = ""
         for host, port, offset in targets:
-            try:
-                if refused:
-                    raise ConnectionRefusedError(111, "Connection refused")
-                chan = wire.connect(host, port, timeout)
-            except OSError as exc:
-                return self._failed(remote_rid, f"handshake with tcp://{host}:{port} failed: {exc.strerror or exc}")
-            try:
-                chan.settimeout(timeout)
-                chan.send({"op": "get_meta_msg"})
-                meta = chan.recv()
-            finally:
-                chan.close()
-            if not meta or "engine_id" not in meta:
-                return self._failed(remote_rid, f"handshake with tcp://{host}:{port} failed: connection closed by peer")
+            meta = self._meta(host, port, timeout, refused)
             if offset == 0:
                 head, session = (host, port), f"{host}:{meta.get('te_rpc_port')}"
         if head is None:
-            return self._failed(remote_rid, "no handshake port for remote rank 0")
+            raise _PullFailed("no handshake port for remote rank 0")
+        self._read_blocks(head, remote_rid, params.get("remote_block_ids") or [], timeout)
+        return session
+
+    @staticmethod
+    def _meta(host: str, port: int, timeout: float, refused: bool) -> dict[str, Any]:
+        """One remote rank's handshake (``get_meta_msg``)."""
+        try:
+            if refused:
+                raise ConnectionRefusedError(111, "Connection refused")
+            chan = wire.connect(host, port, timeout)
+        except OSError as exc:
+            raise _PullFailed(f"handshake with tcp://{host}:{port} failed: {exc.strerror or exc}") from None
+        try:
+            chan.settimeout(timeout)
+            chan.send({"op": "get_meta_msg"})
+            meta = chan.recv()
+        finally:
+            chan.close()
+        if not meta or "engine_id" not in meta:
+            raise _PullFailed(f"handshake with tcp://{host}:{port} failed: connection closed by peer")
+        return meta
+
+    @staticmethod
+    def _read_blocks(head: tuple[str, int], remote_rid: str, blocks: list, timeout: float) -> None:
         try:
             chan = wire.connect(head[0], head[1], timeout)
             chan.settimeout(timeout)
-            blocks = params.get("remote_block_ids") or []
             chan.send({"op": "read_blocks", "request_id": remote_rid, "block_ids": blocks})
             reply = chan.recv()
             if reply and reply.get("ret") == 0:
@@ -255,14 +282,10 @@ class MooncakeSide:
                 chan.recv()
             chan.close()
         except OSError as exc:
-            return self._failed(remote_rid, f"transfer from tcp://{head[0]}:{head[1]} failed: {exc}")
+            raise _PullFailed(f"transfer from tcp://{head[0]}:{head[1]} failed: {exc}") from None
         if not reply or reply.get("ret") != 0:
-            return self._failed(remote_rid, (reply or {}).get("error", "connection closed by peer"),
-                                int((reply or {}).get("ret", -1)))
-        self.log.info("mooncake_connector.py:702", "KV cache transfer for request %s took %.2f ms. local_ip %s "
-                      "local_device_id %s remote_session_id %s", request_id, (time.time() - start) * 1000, self.host,
-                      0, session)
-        return True, ""
+            raise _PullFailed((reply or {}).get("error", "connection closed by peer"),
+                              int((reply or {}).get("ret", -1)))
 
     def _failed(self, remote_rid: str, reason: str, ret: int = -1) -> tuple[bool, str]:
         self.log.error("mooncake_connector.py:731", "Mooncake transfer failed for request. remote_request_id=%s, "
