@@ -19,9 +19,9 @@ SCHEMAS = Path(__file__).resolve().parent / "schemas"
 
 def add(p: argparse.ArgumentParser, *, json_alias: bool = False, choices: tuple[str, ...] = FORMATS) -> None:
     """``--format`` on a command's parser; ``json_alias`` keeps an older ``--json`` flag as ``--format json``."""
-    p.add_argument("--format", choices=choices, default="text",
-                   help=f"output on stdout: {' | '.join(choices)} (default text; json: k3lab/schemas/{p.prog.split()[-1]}"
-                        ".json describes it)")
+    p.add_argument("--format", choices=choices, default=choices[0],
+                   help=f"output on stdout: {' | '.join(choices)} (default {choices[0]}; the JSON's shape is "
+                        f"k3lab/schemas/{p.prog.split()[-1]}*.json)")
     if json_alias:
         p.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
 
@@ -36,3 +36,21 @@ def emit(args: argparse.Namespace, doc: Any, text: Callable[[Any], None]) -> Non
 
 def schema(command: str) -> dict[str, Any]:
     return json.loads((SCHEMAS / f"{command}.json").read_text())
+
+
+# ----------------------------------------------------------------------------------- logs
+
+VERBOSITY = 0  # -q: -1 (errors and results only), -v: 1 (more detail); set once by the CLI
+
+
+def set_verbosity(level: int) -> None:
+    global VERBOSITY
+    VERBOSITY = level
+
+
+def log(prefix: str, msg: str, level: int = 0) -> None:
+    """A progress line on stderr (stdout carries only the command's result), unless -q hides it."""
+    if level <= VERBOSITY:
+        import time
+
+        print(f"[{prefix} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

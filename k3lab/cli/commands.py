@@ -9,6 +9,7 @@ import argparse
 import subprocess
 import time
 
+from k3lab import formats
 from k3lab.errors import UsageError
 from k3lab.launchers import suite
 from k3lab.launchers.backends import LABEL, remove_by_label
@@ -130,10 +131,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     endpoints, ssh = _run_endpoints(args.run) if args.run else ([LOCAL_ENDPOINT], SshOptions())
     pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
-    for ep in endpoints:
-        for c in pool.get(ep).containers.list(all=True, filters=flt, ignore_removed=True):
-            print(f"{c.labels.get(LABEL)}  {c.labels.get('k3lab.node', '?'):8} {c.status:10} {c.name:24} {describe(ep)}")
+    rows = [{"run": c.labels.get(LABEL), "node": c.labels.get("k3lab.node", "?"), "status": c.status, "container": c.name,
+             "endpoint": describe(ep)}
+            for ep in endpoints for c in pool.get(ep).containers.list(all=True, filters=flt, ignore_removed=True)]
+    formats.emit(args, {"containers": rows}, _print_status)
     return 0
+
+
+def _print_status(doc: dict) -> None:
+    for r in doc["containers"]:
+        print(f"{r['run']}  {r['node']:8} {r['status']:10} {r['container']:24} {r['endpoint']}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

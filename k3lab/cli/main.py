@@ -48,19 +48,27 @@ def build(args: argparse.Namespace, target: str | None = None):
 def cmd_list(args: argparse.Namespace) -> int:
     from k3lab.model import catalog
 
-    if args.quiet:
-        for sc in catalog.SCENARIOS.values():
-            print(sc.id)
-        return 0
-    print(f"{'id':22} {'platform':8} {'nodes':32} {'guide':9} {'section':22} title")
+    rows = []
     for sc in catalog.SCENARIOS.values():
         roles = dict(sc.roles)
         if sc.pool != "none":  # one MetaService host: its own node, or metaservice_node names another
             roles["metaservice"] = 1
-        nodes = " ".join(f"{n}x{r}" for r, n in roles.items() if n)
-        guide = "K3.1 Pro" if "K3.1" in sc.section else "K3"
-        print(f"{sc.id:22} {sc.platform:8} {nodes:32} {guide:9} {sc.section:22} {sc.title}")
+        rows.append({"id": sc.id, "platform": sc.platform, "nodes": {r: n for r, n in roles.items() if n},
+                     "guide": "K3.1 Pro" if "K3.1" in sc.section else "K3", "section": sc.section, "title": sc.title})
+    formats.emit(args, {"scenarios": rows}, _print_list_ids if getattr(args, "quiet", False) else _print_list)
     return 0
+
+
+def _print_list_ids(doc: dict) -> None:
+    for row in doc["scenarios"]:
+        print(row["id"])
+
+
+def _print_list(doc: dict) -> None:
+    print(f"{'id':22} {'platform':8} {'nodes':32} {'guide':9} {'section':22} title")
+    for r in doc["scenarios"]:
+        nodes = " ".join(f"{n}x{role}" for role, n in r["nodes"].items())
+        print(f"{r['id']:22} {r['platform']:8} {nodes:32} {r['guide']:9} {r['section']:22} {r['title']}")
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -117,7 +125,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     from k3lab.model import inventory
 
-    print(json.dumps(inventory.json_schema(), indent=2))
+    formats.emit(args, inventory.json_schema(), lambda doc: print(json.dumps(doc, indent=2)))
     return 0
 
 
@@ -125,8 +133,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
     from k3lab.tools import faults
 
     if args.list:
-        for f in faults.CATALOG.values():
-            print(f"{f.id:26} {f.kind:6} {f.scenario:22} {f.mode}")
+        rows = [{"id": f.id, "kind": f.kind, "scenario": f.scenario, "mode": f.mode} for f in faults.CATALOG.values()]
+        formats.emit(args, {"faults": rows}, _print_fault_list)
         return 0
     for fid in args.id or []:
         if fid not in faults.CATALOG:
@@ -136,8 +144,13 @@ def cmd_faults(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.json) if args.json else None)
-    faults.print_table(rows)
+    formats.emit(args, {"rows": rows}, lambda doc: faults.print_table(doc["rows"]))
     return errors.OK if all(r["verdict"] == "ok" for r in rows) else errors.CHECKS_FAILED
+
+
+def _print_fault_list(doc: dict) -> None:
+    for f in doc["faults"]:
+        print(f"{f['id']:26} {f['kind']:6} {f['scenario']:22} {f['mode']}")
 
 
 # ------------------------------------------------------------------------------ parser
@@ -184,8 +197,9 @@ def _target_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _add_list(sub) -> None:
-    p = sub.add_parser("list", help="list the scenarios: platform, nodes per role, guide and section")
-    p.add_argument("-q", "--quiet", action="store_true", help="print the ids only")
+    p = sub.add_parser("list", help="list the scenarios: platform, nodes per role, guide and section "
+                       "(-q: the ids only)")
+    formats.add(p)
     p.set_defaults(fn=cmd_list)
 
 
@@ -211,6 +225,7 @@ def _add_preflight(sub) -> None:
 
 def _add_schema(sub) -> None:
     p = sub.add_parser("schema", help="print the inventory JSON Schema (no Docker)")
+    formats.add(p, choices=("json",))
     p.set_defaults(fn=cmd_schema)
 
 
@@ -227,7 +242,9 @@ def _add_faults(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the fault ids (static and live) and exit")
     p.add_argument("--id", action="append", metavar="FAULT", help="only this fault id (repeatable; see --list)")
     p.add_argument("--static-only", action="store_true", help="only the static rows (no Docker)")
-    p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the rows to FILE and a Markdown table beside it (FILE with "
+                   ".md) as they come; nox -s faults writes build/faults.json and build/faults.md")
+    formats.add(p)
     p.set_defaults(fn=cmd_faults)
 
 
@@ -295,6 +312,7 @@ def _add_down(sub) -> None:
 def _add_status(sub) -> None:
     p = sub.add_parser("status", help="containers of a run (or of all runs)")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (default: every run)")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_status"))
 
 
@@ -314,6 +332,7 @@ def _add_release(sub) -> None:
     p.add_argument("--inject", action="append", default=[], metavar="SCENARIO=FAULT",
                    help="sim only: run SCENARIO with a live fault of the catalog (proves the gate fails)")
     p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS", help="per cycle")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.tools.release", "cmd_release"))
 
 
@@ -321,7 +340,7 @@ def _add_compare(sub) -> None:
     p = sub.add_parser("compare", help="regressions from A (last good) to B (candidate): releases or run directories")
     p.add_argument("a", metavar="A", help="release directory (release.json) or run directory: the last good")
     p.add_argument("b", metavar="B", help="release or run directory: the candidate")
-    p.add_argument("--format", choices=["text", "markdown", "json"], default="text", help="output (default text)")
+    formats.add(p, choices=("text", "markdown", "json"))
     p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     p.add_argument("--policy", metavar="FILE", help="gate policy for run directories and thresholds (default policy)")
     p.set_defaults(fn=lazy("k3lab.tools.compare", "cmd_compare"))
@@ -342,12 +361,27 @@ def _add_policy(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 with the field named if it is invalid")
     g.add_argument("--schema", action="store_true", help="print the policy JSON Schema")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.model.policy", "cmd_policy"))
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from k3lab.cli import completion
+
+    print(completion.script(parser()), end="")
+    return 0
+
+
+def _add_completion(sub) -> None:
+    p = sub.add_parser("completion", help="print a shell completion script: commands, options, scenario and fault ids "
+                       "(eval \"$(k3lab completion bash)\")")
+    p.add_argument("shell", choices=["bash"], help="the shell (bash; zsh reads it through bashcompinit)")
+    p.set_defaults(fn=cmd_completion)
 
 
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
             _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
-            _add_policy]
+            _add_policy, _add_completion]
 _BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
 
 
@@ -375,7 +409,16 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     only = _BY_NAME.get(command or "")
     for add in [only] if only else COMMANDS:
         add(sub)
+    for p in [ap, *sub.choices.values()]:
+        _verbosity_args(p)
     return ap
+
+
+def _verbosity_args(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's default must not overwrite ``k3lab -v COMMAND``
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress lines on stderr (errors and the result only); list: the ids only")
+    p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more detail on stderr")
 
 
 def _suggest_options(ap: argparse.ArgumentParser, cmd: str | None, extras: list[str]) -> str:
@@ -409,6 +452,7 @@ def _run(argv: list[str]) -> int:
         ap.print_help()
         return errors.OK
     args.pytest_args = passthrough
+    formats.set_verbosity(getattr(args, "verbose", 0) - (1 if getattr(args, "quiet", False) else 0))
     return args.fn(args)
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from k3lab import paths, waits
+from k3lab import formats, paths, waits
 from k3lab.errors import EnvError
 from k3lab.launchers.endpoints import docker_client
 
@@ -58,7 +58,7 @@ class LabEmuError(EnvError, RuntimeError):
 
 
 def _log(msg: str) -> None:
-    print(f"[k3lab labemu {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    formats.log("k3lab labemu", msg)
 
 
 def _sh(*argv: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import requests
 
-from k3lab import waits
+from k3lab import formats, waits
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
@@ -54,7 +54,7 @@ class Interrupted(BaseException):
 
 
 def _log(msg: str) -> None:
-    print(f"[k3lab {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    formats.log("k3lab", msg)
 
 
 @dataclass

@@ -305,9 +305,13 @@ def cmd_policy(args) -> int:
     """``k3lab policy --check FILE`` / ``--schema``."""
     import json
 
+    from k3lab import formats
+
     if args.schema:
-        print(json.dumps(schema(), indent=2))
+        formats.emit(args, schema(), lambda doc: print(json.dumps(doc, indent=2)))
         return 0
     pol = load(args.check)  # a PolicyError exits 2 with the file and field named
-    print(f"{args.check}: valid policy (schema {pol.schema_}, {len(pol.scenarios)} scenario section(s))")
+    doc = {"file": str(args.check), "valid": True, "schema": pol.schema_, "scenarios": sorted(pol.scenarios)}
+    formats.emit(args, doc, lambda d: print(f"{d['file']}: valid policy (schema {d['schema']}, "
+                                            f"{len(d['scenarios'])} scenario section(s))"))
     return 0

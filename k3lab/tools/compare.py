@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from k3lab import formats
 from k3lab.errors import UsageError
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
@@ -208,10 +209,9 @@ def _markdown_details(r: dict[str, Any]) -> list[str]:
 def cmd_compare(args) -> int:
     policy = load_policy(args.policy)
     doc = compare(_side(args.a, policy), _side(args.b, policy), policy)
-    fmt = {"text": text, "markdown": markdown, "json": lambda d: json.dumps(d, indent=2) + "\n"}[args.format]
-    body = fmt(doc)
     if args.out:
-        Path(args.out).write_text(body)
+        fmt = {"text": text, "markdown": markdown, "json": lambda d: json.dumps(d, indent=2) + "\n"}[args.format]
+        Path(args.out).write_text(fmt(doc))
     else:
-        print(body, end="")
+        formats.emit(args, doc, lambda d: print((markdown if args.format == "markdown" else text)(d), end=""))
     return 1 if doc["regression"] else 0

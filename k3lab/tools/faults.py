@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from k3lab import paths
+from k3lab import formats, paths
 from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
 from k3lab.model import siminventory
@@ -584,7 +584,7 @@ def _revert(run, fault: Fault) -> bool:
     for node, cmd in fault.revert:
         res = run.backend.exec(node, [_resolve(run, a) for a in cmd])
         if not res.ok:
-            print(f"[faults] reverting {fault.id} on {node} failed ({res.output.strip()[:200]}): restarting", flush=True)
+            formats.log("faults", f"reverting {fault.id} on {node} failed ({res.output.strip()[:200]}): restarting")
             return False
     time.sleep(1.5)  # as after injecting: processes re-read the node file within a second
     return True
@@ -599,8 +599,7 @@ class _Rows:
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
-        print(f"[faults] {row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})",
-              flush=True)
+        formats.log("faults", f"{row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})")
         if self.report:
             self.report.parent.mkdir(parents=True, exist_ok=True)
             self.report.write_text(json.dumps(self.rows, indent=2))

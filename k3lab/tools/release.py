@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from k3lab import __version__
+from k3lab import __version__, formats
 from k3lab.errors import UsageError
 from k3lab.launchers.sim import neighbours
 from k3lab.model import catalog, runs, siminventory
@@ -47,7 +47,7 @@ SLOTS = 3  # cycles at a time by default: on 2 cores, 3 slots overlap one cycle'
 
 
 def _log(msg: str) -> None:
-    print(f"[release {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    formats.log("release", msg)
 
 
 # ------------------------------------------------------------------------------------- static
@@ -329,7 +329,7 @@ def cmd_release(args) -> int:
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
                       str(args.policy or "default"), args.strict)
-    _print_summary(doc, out)
+    formats.emit(args, doc, lambda d: _print_summary(d, out))
     return gate.EXIT[doc["overall"]]
 
 
