@@ -5,7 +5,7 @@ Runs only with ``--long-requests``. By default one request as long as the config
 and ``--long-request-concurrency`` set the workload. Prompts are token ids (exact lengths without
 a tokenizer; the proxy forwards them as they are). What the guide asks to record is written to
 ``evidence/long-requests.json``: the lengths each engine counted, the concurrency, HBM usage per
-node before and after (``npu-smi info``), and each request's completion status.
+chip and node before and after (``npu-smi info``), and each request's completion status.
 """
 from __future__ import annotations
 
@@ -37,13 +37,18 @@ def load(plan, pytestconfig) -> longparse.Workload:
         pytest.fail(f"--long-request options: {exc}", pytrace=False)
 
 
-def _hbm(hosts, plan) -> dict[str, dict[str, int]]:
-    """Per node: HBM used and total over its chips (MB), read live (not from the node batch)."""
+def _hbm(hosts, plan) -> dict[str, dict]:
+    """Per node: HBM used and total (MB) per chip in npu-smi's order and summed, read live (not from
+    the node batch); an answer without an HBM column says why instead of reporting 0 chips."""
     def one(node):
         res = hosts[node.name].run("npu-smi info")
         chips = longparse.hbm_usage(res.stdout) if res.rc == 0 else []
-        return node.name, {"chips": len(chips), "used_mb": sum(u for u, _ in chips),
-                           "total_mb": sum(t for _, t in chips)}
+        entry: dict = {"chips": len(chips), "used_mb": sum(u for u, _ in chips),
+                       "total_mb": sum(t for _, t in chips), "per_chip": [list(c) for c in chips]}
+        if not chips:
+            entry["error"] = (f"npu-smi info exited {res.rc}" if res.rc != 0 else
+                              "unparsed output: no chip row with an HBM column in npu-smi info")
+        return node.name, entry
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         return dict(pool.map(one, plan.nodes))

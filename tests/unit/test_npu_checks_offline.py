@@ -137,3 +137,25 @@ def test_pairs_are_judged_on_loss_plane_check_and_readability(name, ok):
     assert (failures == []) is ok
     if not ok:
         assert failures[0].startswith("n0 device 0 -> n1 device 3 (-hccs_ping 192.1.2.198): ")
+
+
+class _Npu:
+    def __init__(self, table, rc=0):
+        self.table, self.rc = table, rc
+
+    def run(self, command):
+        assert command == "npu-smi info"
+        return CommandResult(command, self.rc, self.table, "", "n")
+
+
+def test_long_request_evidence_reports_hbm_per_chip_on_every_layout():
+    longreq = suite.load("longreq")
+    plan = SimpleNamespace(nodes=[_node(name="a5"), _node(name="a3"), _node(name="bad")])
+    hosts = {"a5": _Npu(sample("constructed/npu_smi_950_na_busid.txt")),
+             "a3": _Npu(sample("npu_smi/a3_116col_processes_nyaterm268.txt")),
+             "bad": _Npu("dcmi module initialize failed. ret is -8005\n")}
+    hbm = longreq._hbm(hosts, plan)
+    assert hbm["a5"] == {"chips": 2, "used_mb": 65705, "total_mb": 131072,
+                         "per_chip": [[61609, 65536], [4096, 65536]]}
+    assert hbm["a3"]["per_chip"] == [[15503, 65536], [15242, 65536]]
+    assert hbm["bad"]["chips"] == 0 and hbm["bad"]["error"].startswith("unparsed output")
