@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from k3lab.conformance import longparse, toolparse
-from k3lab.launchers import versions
+from k3lab.launchers import metrics, versions
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 SAMPLES = yaml.safe_load((CORPUS / "corpus.yaml").read_text())["samples"]
@@ -57,6 +57,9 @@ READERS = {
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s["file"] for s in SAMPLES])
 def test_reader_reports_the_ground_truth(sample):
     text = (CORPUS / sample["file"]).read_text()
+    if sample["reader"] == "metrics":  # the Prometheus reader of gates and checks, per metric named
+        assert {name: metrics.total(text, name) for name in sample["expect"]} == sample["expect"]
+        return
     read = READERS[sample["reader"]]
     if sample["expect"] == {"unparsed": True}:
         with pytest.raises(toolparse.Unparsed):
