@@ -716,10 +716,52 @@ def _option_unused(f: Facts):
 
 @check("PF-CHECKPOINT", "warning", "The model checkpoint's config.json SHOULD be available so the model checks "
        "(heads, layers, context length) can run.",
-       "put the checkpoint's config.json under fixtures/checkpoints/<model dir>/.")
+       "on a lab the host stage reads config.json on every node (HST-MODEL) before any container starts; nothing "
+       "goes into the kit. Offline, point the model path at a directory name the simulator carries "
+       "(k3lab list shows each scenario's).")
 def _checkpoint(f: Facts):
-    if f.checkpoint is None:
-        yield f"no config.json for {f.plan.expect.model_path} under {f.checkpoints}; model checks skipped.", ()
+    if f.checkpoint is None and f.plan.target != "lab":
+        yield f"no config.json for {f.plan.expect.model_path} in the simulator's checkpoints; model checks skipped.", ()
+
+
+CACHE_ENV = re.compile(r"(^|_)(CACHE|HOME)(_DIR|_ROOT|_PATH)?$")
+
+
+def _script_paths(f: Facts, node: str) -> dict[str, str]:
+    """Container paths the node's engines read or write: model, draft, cache directories from their env."""
+    out: dict[str, str] = {}
+    for e in f.engines:
+        if e.node != node:
+            continue
+        if len(e.argv) > 2 and e.argv[2].startswith("/"):
+            out.setdefault(e.argv[2], "model path")
+        draft = e.json("--speculative-config").get("model")
+        if isinstance(draft, str) and draft.startswith("/"):
+            out.setdefault(draft, "draft model path")
+        for key, value in e.proc.env.items():
+            if CACHE_ENV.search(key) and value.startswith("/"):
+                out.setdefault(value, key)
+    return out
+
+
+def under_mount(path: str, targets: list[str]) -> bool:
+    p = Path(path)
+    return any(p == Path(t) or Path(t) in p.parents for t in targets)
+
+
+@check("PF-MOUNT-PATHS", "error", "On a lab, every path the scripts use inside the container (model, draft, caches) "
+       "MUST lie under one of the container's mounts: the container sees nothing else of the host.",
+       "keep model_path, the draft and the caches under a directory the container mounts (the guide mounts "
+       "/root/.cache: model_path /root/.cache/<checkpoint dir>), and copy the checkpoint there on every node.")
+def _mount_paths(f: Facts):
+    if f.plan.target != "lab":
+        return
+    for node in f.plan.nodes:
+        targets = [m.target.rstrip("/") or "/" for m in node.container.mounts]
+        for path, what in sorted(_script_paths(f, node.name).items()):
+            if not under_mount(path, targets):
+                yield (f"{node.name}: {what} {path} is under no mount of container {node.container.name} "
+                       f"(mounts: {', '.join(sorted(targets))})."), (node.name,)
 
 
 # --------------------------------------------------------------------------------- running

@@ -115,6 +115,11 @@ def m_checkpoint():
     return _inv("k3_a3_mixed", {}, model_path="/models/not-in-fixtures")
 
 
+def m_mount_paths():
+    # issue #21: the guide mounts only /root/.cache; a model elsewhere renders but no engine could load it
+    return _inv("a3_pd_1m", {}, target="lab", model_path="/mnt/weights/Kimi-K3")
+
+
 def m_dp_ranks():
     return _ranks("k3_a3_mixed", {"node2": 1})
 
@@ -287,6 +292,8 @@ STATIC = [
           m_option_unused),
     Fault("S-CHECKPOINT", "model path with no checkpoint config.json", "k3_a3_mixed", S({"PF-CHECKPOINT"}),
           m_checkpoint),
+    Fault("S-MOUNT-PATHS", "lab model path under no container mount (/mnt/weights with only /root/.cache)",
+          "a3_pd_1m", S({"PF-MOUNT-PATHS"}), m_mount_paths),
 ]
 
 _TEMPLATE = "/root/k3lab/run_dp_template.sh"
