@@ -119,19 +119,13 @@ def load(path: str | os.PathLike | None, schema: dict[str, Item]) -> dict[str, A
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError("load", [f"Open file {path} failed, error message is {exc.strerror}."]) from None
-    seen = set()
+    seen: set[str] = set()
     for raw in text.splitlines():
-        entry = raw.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        key, sep, value = entry.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or key not in schema:
-            raise ConfigError("load", [f"Invalid key <{key}>."])
-        if key in seen:
-            raise ConfigError("load", [f"Key <{key}> in configuration file is repeated."])
-        values[key] = convert(key, schema[key], value)
-        seen.add(key)
+        entry = _entry(raw, schema, seen)
+        if entry is not None:
+            key, value = entry
+            values[key] = convert(key, schema[key], value)
+            seen.add(key)
     missing = [key for key, item in schema.items() if item.required and key not in seen]
     if missing:
         raise ConfigError("load", [f"Required key <{key}> is not set." for key in missing])
@@ -139,6 +133,20 @@ def load(path: str | os.PathLike | None, schema: dict[str, Item]) -> dict[str, A
     if errors:
         raise ConfigError("validate", errors)
     return values
+
+
+def _entry(raw: str, schema: dict[str, Item], seen: set[str]) -> tuple[str, str] | None:
+    """(key, value) of one ``key = value`` line; None for a blank line or a comment."""
+    entry = raw.strip()
+    if not entry or entry.startswith("#"):
+        return None
+    key, sep, value = entry.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or key not in schema:
+        raise ConfigError("load", [f"Invalid key <{key}>."])
+    if key in seen:
+        raise ConfigError("load", [f"Key <{key}> in configuration file is repeated."])
+    return key, value
 
 
 def check(key: str, item: Item, value: Any) -> str | None:
