@@ -24,6 +24,23 @@ def check(additional: dict[str, Any] | None, kv_role: str | None, log: Logger) -
         sched = {}
     if not isinstance(sched, dict):
         raise StartupError("ValueError", f"scheduler_config must be a dict, got {type(sched).__name__}", WHERE)
+    _check_mc2(cfg, log)
+    if "enable_mlapo" in cfg:
+        log.info("ascend_config.py:98", "AscendConfig.enable_mlapo is set from additional_config with value %s",
+                 bool(cfg["enable_mlapo"]))
+    for key in ("recompute_scheduler_enable", "enable_balance_scheduling"):
+        if key in cfg:
+            log.warning("ascend_config.py:140", "%s at the top level of additional_config is deprecated, "
+                        "please set it in scheduler_config.", key)
+            sched = dict(sched, **{key: cfg[key]})
+    _check_scheduler(sched, kv_role, log)
+    cfg["scheduler_config"] = sched
+    cfg.setdefault("enable_cpu_binding", True)
+    return cfg
+
+
+def _check_mc2(cfg: dict[str, Any], log: Logger) -> None:
+    """enable_fused_mc2 against mix_placement and multistream_overlap_shared_expert."""
     fused = cfg.get("enable_fused_mc2", 0)
     if fused not in (0, 1, True, False):
         raise StartupError("ValueError", f"enable_fused_mc2 must be 0 or 1, got {fused!r}", WHERE)
@@ -34,14 +51,10 @@ def check(additional: dict[str, Any] | None, kv_role: str | None, log: Logger) -
         log.warning("ascend_config.py:171", "multistream_overlap_shared_expert is not supported with "
                     "enable_fused_mc2=1, it is forced to False.")
         cfg["multistream_overlap_shared_expert"] = False
-    if "enable_mlapo" in cfg:
-        log.info("ascend_config.py:98", "AscendConfig.enable_mlapo is set from additional_config with value %s",
-                 bool(cfg["enable_mlapo"]))
-    for key in ("recompute_scheduler_enable", "enable_balance_scheduling"):
-        if key in cfg:
-            log.warning("ascend_config.py:140", "%s at the top level of additional_config is deprecated, "
-                        "please set it in scheduler_config.", key)
-            sched = dict(sched, **{key: cfg[key]})
+
+
+def _check_scheduler(sched: dict[str, Any], kv_role: str | None, log: Logger) -> None:
+    """The scheduler options that need a PD role (platform.py)."""
     if sched.get("recompute_scheduler_enable"):
         if kv_role == "kv_producer":
             log.warning("platform.py:412", "recompute_scheduler_enable is ignored on PD-disaggregated P nodes "
@@ -53,6 +66,3 @@ def check(additional: dict[str, Any] | None, kv_role: str | None, log: Logger) -
     if sched.get("enable_balance_scheduling") and kv_role != "kv_both":
         raise StartupError("ValueError", "enable_balance_scheduling requires kv_role=kv_both, "
                            f"got kv_role={kv_role}", "vllm_ascend/platform.py")
-    cfg["scheduler_config"] = sched
-    cfg.setdefault("enable_cpu_binding", True)
-    return cfg

@@ -58,6 +58,10 @@ def _hccl_match(spec: str, names: list[str]) -> list[str]:
     return [n for n in names if hit(n) != exclude]
 
 
+_PYHCCL = "vllm_ascend/distributed/device_communicators/pyhccl.py"
+_C10D = "torch/distributed/distributed_c10d.py"
+
+
 def check_network() -> None:
     """HCCL_IF_IP must be a local address; the socket interface variables must name interfaces owning it."""
     ifs = interfaces()
@@ -65,32 +69,34 @@ def check_network() -> None:
     if ip and ip not in ifs.values():
         raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. HCCL_IF_IP={ip} is not an "
                            f"address of this host (local addresses: {', '.join(sorted(set(ifs.values())))}).",
-                           "vllm_ascend/distributed/device_communicators/pyhccl.py", stage="engine")
+                           _PYHCCL, stage="engine")
     spec = os.environ.get("HCCL_SOCKET_IFNAME")
     if spec:
-        matched = _hccl_match(spec, list(ifs))
-        if not matched:
-            raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. No network interface "
-                               f"matches HCCL_SOCKET_IFNAME={spec}.",
-                               "vllm_ascend/distributed/device_communicators/pyhccl.py", stage="engine")
-        if ip and not any(ifs[n] == ip for n in matched):
-            raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. HCCL_SOCKET_IFNAME={spec} "
-                               f"selects {', '.join(matched)}, which does not own HCCL_IF_IP={ip}.",
-                               "vllm_ascend/distributed/device_communicators/pyhccl.py", stage="engine")
+        _check_hccl_ifname(spec, ifs, ip)
     for var in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
-        value = os.environ.get(var)
-        if not value:
-            continue
-        for name in [n for n in value.split(",") if n]:
-            if name not in ifs:
-                # torch's gloo device lookup (gloo/transport/tcp/device.cc)
-                raise StartupError("RuntimeError", f"[enforce fail at ../third_party/gloo/gloo/transport/tcp/"
-                                   f"device.cc:83] ifa != nullptr. Unable to find address for: {name}",
-                                   "torch/distributed/distributed_c10d.py", stage="engine")
-            if ip and ifs[name] != ip:
-                raise StartupError("RuntimeError", f"{var}={name} has address {ifs[name]}, which is not "
-                                   f"HCCL_IF_IP={ip}; the NIC must own the communication IP.",
-                                   "torch/distributed/distributed_c10d.py", stage="engine")
+        for name in [n for n in (os.environ.get(var) or "").split(",") if n]:
+            _check_socket_ifname(var, name, ifs, ip)
+
+
+def _check_hccl_ifname(spec: str, ifs: dict[str, str], ip: str | None) -> None:
+    matched = _hccl_match(spec, list(ifs))
+    if not matched:
+        raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. No network interface "
+                           f"matches HCCL_SOCKET_IFNAME={spec}.", _PYHCCL, stage="engine")
+    if ip and not any(ifs[n] == ip for n in matched):
+        raise StartupError("RuntimeError", f"HcclGetRootInfo failed, error code is 4. HCCL_SOCKET_IFNAME={spec} "
+                           f"selects {', '.join(matched)}, which does not own HCCL_IF_IP={ip}.", _PYHCCL,
+                           stage="engine")
+
+
+def _check_socket_ifname(var: str, name: str, ifs: dict[str, str], ip: str | None) -> None:
+    if name not in ifs:
+        # torch's gloo device lookup (gloo/transport/tcp/device.cc)
+        raise StartupError("RuntimeError", f"[enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+                           f"device.cc:83] ifa != nullptr. Unable to find address for: {name}", _C10D, stage="engine")
+    if ip and ifs[name] != ip:
+        raise StartupError("RuntimeError", f"{var}={name} has address {ifs[name]}, which is not "
+                           f"HCCL_IF_IP={ip}; the NIC must own the communication IP.", _C10D, stage="engine")
 
 
 def visible_devices(needed: int) -> list[int]:

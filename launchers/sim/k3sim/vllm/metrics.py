@@ -158,6 +158,15 @@ class Metrics:
         ctype = getattr(self.pc.exposition, "CONTENT_TYPE_PLAIN_0_0_4", self.pc.CONTENT_TYPE_LATEST)
         return self.pc.generate_latest(self.registry), ctype
 
+    def _line(self, r: int, st: EngineStats, ptp: float, gtp: float) -> str:
+        line = (f"Engine {r:03d}: Avg prompt throughput: {ptp:.1f} tokens/s, Avg generation throughput: "
+                f"{gtp:.1f} tokens/s, Running: {st.running} reqs, Waiting: {st.waiting} reqs, GPU KV cache "
+                f"usage: {100 * st.blocks_in_use / max(1, self.capacity):.1f}%, Prefix cache hit rate: "
+                f"{_hit_rate(st.recent):.1f}%")
+        if self.connector and st.recent_ext:
+            line += f", External prefix cache hit rate: {_hit_rate(st.recent_ext):.1f}%"
+        return line
+
     def log_loop(self, log: Logger, interval: float, stop: threading.Event) -> None:
         """``loggers.py``'s periodic line, INFO while there is throughput (DEBUG when idle)."""
         last = time.monotonic()
@@ -171,16 +180,13 @@ class Metrics:
                 p0, g0 = prev[r]
                 prev[r] = (st.prompt_tokens, st.generation_tokens)
                 ptp, gtp = (st.prompt_tokens - p0) / span, (st.generation_tokens - g0) / span
-                q = sum(x for x, _ in st.recent)
-                h = sum(y for _, y in st.recent)
-                line = (f"Engine {r:03d}: Avg prompt throughput: {ptp:.1f} tokens/s, Avg generation throughput: "
-                        f"{gtp:.1f} tokens/s, Running: {st.running} reqs, Waiting: {st.waiting} reqs, GPU KV cache "
-                        f"usage: {100 * st.blocks_in_use / max(1, self.capacity):.1f}%, Prefix cache hit rate: "
-                        f"{100 * h / q if q else 0:.1f}%")
-                if self.connector and st.recent_ext:
-                    eq = sum(x for x, _ in st.recent_ext)
-                    eh = sum(y for _, y in st.recent_ext)
-                    line += f", External prefix cache hit rate: {100 * eh / eq if eq else 0:.1f}%"
                 active = ptp or gtp or st.last_prompt_tp or st.last_gen_tp or st.running
-                (log.info if active else log.debug)("loggers.py:127", "%s", line)
+                (log.info if active else log.debug)("loggers.py:127", "%s", self._line(r, st, ptp, gtp))
                 st.last_prompt_tp, st.last_gen_tp = ptp, gtp
+
+
+def _hit_rate(recent: deque) -> float:
+    """Percent of the (queries, hits) pairs' queries that hit; 0 without queries."""
+    q = sum(x for x, _ in recent)
+    h = sum(y for _, y in recent)
+    return 100 * h / q if q else 0

@@ -52,14 +52,7 @@ class Runtime:
         for r in cfg.local_ranks:
             self._log_engine_config(engine_logger(r), r)
         if cfg.dp > 1 and 0 not in cfg.local_ranks:
-            if cfg.headless:
-                self.log.info("serve.py:194", "Launching %d data parallel engine(s) in headless mode, with head node "
-                              "address %s.", len(cfg.local_ranks), f"tcp://{cfg.dp_address}:{cfg.dp_rpc_port}")
-            for r in cfg.local_ranks:
-                client = GroupClient("dp", cfg.dp_address, cfg.dp_rpc_port, r, cfg.fingerprint(),
-                                     {"host": hostenv.get_ip()}, engine_logger(r))
-                client.connect(time.time() + ready_timeout(300))
-                self.dp_clients[r] = client
+            self._join_dp()
         if cfg.nnodes > 1:
             self._join_pp()
         elog = engine_logger(cfg.local_ranks[0] if cfg.local_ranks else 0)
@@ -74,6 +67,26 @@ class Runtime:
         for mc in self.mooncakes:
             mc.bind()
         info = {"host": ip, "engine_id": self.mooncakes[0].engine_id if self.mooncakes else None}
+        self._pp_loaded(info, deadline_head)
+        self._dp_loaded(info, deadline_head)
+        self.serving_since = time.time()
+        threading.Thread(target=self._monitor, daemon=True).start()
+
+    def _join_dp(self) -> None:
+        """A DP node without rank 0: one handshake client per local engine."""
+        cfg = self.cfg
+        if cfg.headless:
+            self.log.info("serve.py:194", "Launching %d data parallel engine(s) in headless mode, with head node "
+                          "address %s.", len(cfg.local_ranks), f"tcp://{cfg.dp_address}:{cfg.dp_rpc_port}")
+        for r in cfg.local_ranks:
+            client = GroupClient("dp", cfg.dp_address, cfg.dp_rpc_port, r, cfg.fingerprint(),
+                                 {"host": hostenv.get_ip()}, engine_logger(r))
+            client.connect(time.time() + ready_timeout(300))
+            self.dp_clients[r] = client
+
+    def _pp_loaded(self, info: dict[str, Any], deadline_head: float) -> None:
+        """Node 0 waits for the other PP nodes and hands their Mooncake peers out; the others report in."""
+        cfg = self.cfg
         if self.pp_server is not None:
             self.pp_server.wait_loaded(deadline_head, lambda: True)
             nodes = {0: info, **self.pp_server.member_info()}
@@ -87,6 +100,8 @@ class Runtime:
         else:
             for mc in self.mooncakes:
                 mc.set_peers({0: info})
+
+    def _dp_loaded(self, info: dict[str, Any], deadline_head: float) -> None:
         if self.dp_server is not None:
             self.dp_server.wait_loaded(deadline_head, lambda: True)
             self.dp_server.start({})
@@ -95,8 +110,6 @@ class Runtime:
         for r, client in self.dp_clients.items():
             client.loaded(info, time.time() + ready_timeout(300))
             threading.Thread(target=self._dp_serve, args=(r, client), daemon=True).start()
-        self.serving_since = time.time()
-        threading.Thread(target=self._monitor, daemon=True).start()
 
     def _join_pp(self) -> None:
         cfg = self.cfg
