@@ -5,6 +5,7 @@ to pytest for ``tests``/``golden``/``faults``.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,9 @@ nox.options.sessions = ["tests"]
 
 SCENARIOS = ["a3_pd", "a3_pd_1m", "a3_pd_pooled", "a5_pd", "a5_pd_1m", "a5_pd_pooled", "k3_a3_mixed",
              "k3_a3_mixed_1m", "k3_a3_mixed_toolcall", "k3_a3_mixed_perf", "k3_a3_pd", "k3_a2_mixed"]
+
+
+MAX_COMPLEXITY = 15  # per function (radon's cyclomatic complexity), in nox -s lint
 
 
 def install(session: nox.Session) -> None:
@@ -102,10 +106,32 @@ def contracts(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (with bugbear and simplify) on everything, mypy on the kit's package k3lab (see pyproject)."""
-    session.install("-e", ".[sim,test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko")
+    """ruff (with bugbear and simplify) on everything, mypy on the kit's package k3lab (see pyproject), and
+    radon: no function of the kit, the suite or the simulator above cyclomatic complexity MAX_COMPLEXITY."""
+    session.install("-e", ".[sim,test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko", "radon")
     session.run("ruff", "check", "k3lab", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
     session.run("mypy")
+    report = session.run("radon", "cc", "--json", "k3lab", "conformance", "launchers/sim/k3sim", silent=True)
+    over = sorted(too_complex(json.loads(str(report))))
+    if over:
+        session.error(f"cyclomatic complexity above {MAX_COMPLEXITY} (radon cc -s):\n" + "\n".join(over))
+
+
+def too_complex(report: dict) -> set[str]:
+    """Functions and methods (closures included) of a ``radon cc --json`` report above MAX_COMPLEXITY,
+    and every file radon could not read (a file it cannot parse is not a pass)."""
+    out: set[str] = set()
+    for path, blocks in report.items():
+        if not isinstance(blocks, list):
+            out.add(f"{path}: radon could not read it: {blocks}")
+            continue
+        todo = list(blocks)
+        while todo:
+            block = todo.pop()
+            todo += block.get("methods", []) + block.get("closures", [])
+            if block.get("type") in ("function", "method") and block["complexity"] > MAX_COMPLEXITY:
+                out.add(f"{path}:{block['lineno']} {block['name']} ({block['complexity']})")
+    return out
 
 
 @nox.session
