@@ -35,10 +35,7 @@ def parent_of(faults: dict[str, Any], path: str, create: bool) -> tuple[dict[str
     *parents, leaf = path.split(".")
     here = faults
     for key in parents:
-        if create:
-            here = here.setdefault(key, {})
-        else:
-            here = here.get(key, {})
+        here = here.setdefault(key, {}) if create else here.get(key, {})
         if not isinstance(here, dict):
             raise UsageError(f"{path}: {key} is not a section")
     return here, leaf

@@ -71,21 +71,25 @@ def load() -> dict[str, Any]:
     The cache is keyed by (device, inode, mtime, size) of the open file: a fault rewrites the file
     (atomic replace, new inode), so a cached copy never outlives the file it was read from."""
     try:
-        fh = open(_node_path(), "rb")
+        with open(_node_path(), "rb") as fh:
+            return _parsed(fh)
     except FileNotFoundError:
         # A node without a description behaves as a healthy A3 with no device network.
         return {"node": "standalone", "platform": "A3", "device_count": 16, "devices": [], "faults": {}}
-    with fh:
-        st = os.fstat(fh.fileno())
-        cache = f"{CACHE_DIR}/node-{st.st_dev}-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}.marshal"
-        try:
-            with open(cache, "rb") as c:
-                return marshal.load(c)
-        except (OSError, EOFError, ValueError, TypeError):
-            pass
-        import json
 
-        data = json.loads(fh.read().decode("utf-8"))
+
+def _parsed(fh: Any) -> dict[str, Any]:
+    """The open node file's content, from the marshal cache of this very file when there is one."""
+    st = os.fstat(fh.fileno())
+    cache = f"{CACHE_DIR}/node-{st.st_dev}-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}.marshal"
+    try:
+        with open(cache, "rb") as c:
+            return marshal.load(c)
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    import json
+
+    data = json.loads(fh.read().decode("utf-8"))
     try:
         tmp = f"{cache}.{os.getpid()}"
         with open(tmp, "wb") as c:

@@ -84,7 +84,7 @@ def route(pool: Pool, path: str, query: dict[str, list[str]]) -> tuple[int, str,
     if path == "/get_all_segments":
         return 200, TEXT, "".join(f"{s.name}\n" for s in pool.snapshot()[0])
     if path == "/get_all_keys":
-        return 200, TEXT, "".join(f"{key}\n" for key in pool.keys())
+        return 200, TEXT, "".join(f"{key}\n" for key in pool.all_keys())
     if path == "/query_key":
         key = query.get("key", [""])[0]
         if not key:

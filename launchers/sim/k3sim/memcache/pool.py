@@ -180,7 +180,7 @@ class Pool:
             return result
 
     # --- views for the HTTP API ----------------------------------------------------------------
-    def keys(self) -> list[str]:
+    def all_keys(self) -> list[str]:
         with self.lock:
             self.count("get_all_keys", codes.MMC_OK)
             return list(self.objects)

@@ -31,9 +31,11 @@ def _image_text(images: list[dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
-_STOP = frozenset("a an and any are as at be by can do does for from get gets give how i in into is it its me my "
-                  "of on or our please show tell that the their this to use uses using was what when where which "
-                  "who why will with you your value values given returns return".split())
+_STOP = frozenset((
+    "a", "an", "and", "any", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get", "gets", "give",
+    "how", "i", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "please", "show", "tell", "that",
+    "the", "their", "this", "to", "use", "uses", "using", "was", "what", "when", "where", "which", "who", "why", "will",
+    "with", "you", "your", "value", "values", "given", "returns", "return"))
 
 
 def _terms(text: str) -> set[str]:
