@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from k3lab import formats, paths
+from k3lab.conformance import toolparse
 from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
 from k3lab.model import siminventory
@@ -573,7 +574,10 @@ def _resolve(run, arg: str) -> str:
     _, node, dev = arg.split(":")
     tool = "-vnic" if run.plan.node(node).platform == "A3" else "-ip"
     out = run.backend.exec(node, ["hccn_tool", "-i", dev, tool, "-g"]).check()
-    return out.split("ipaddr:")[1].split()[0]
+    found = (toolparse.vnic if tool == "-vnic" else toolparse.ip)(out).address  # validated IPv4
+    if found is None:
+        raise EnvError(f"{node} device {dev}: hccn_tool {tool} -g shows no address to resolve {arg}")
+    return found
 
 
 def inject(run, fault: Fault) -> None:
