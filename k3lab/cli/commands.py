@@ -33,9 +33,9 @@ def _suite(run: Run, args: argparse.Namespace) -> int:
     finally:
         collect(run)
         try:
-            from k3lab.reports.report import write_reports
+            from k3lab.reports.runreports import rebuild
 
-            reports = write_reports(run.dir)
+            reports = rebuild(run.dir)
             _log("reports: " + ", ".join(str(p) for p in reports.values()))
         except Exception as exc:  # a report problem must never block teardown
             _log(f"reports failed: {exc!r}")

@@ -365,6 +365,14 @@ def _add_policy(sub) -> None:
     p.set_defaults(fn=lazy("k3lab.model.policy", "cmd_policy"))
 
 
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="rebuild a run's reports (summary.md, report.html, gate.json) from its "
+                       "artefacts, with the gate's verdict (no Docker)")
+    p.add_argument("run", metavar="RUN", help="run directory (runs/<run>)")
+    p.add_argument("--policy", metavar="FILE", help="gate policy (default: the kit's)")
+    p.set_defaults(fn=lazy("k3lab.reports.runreports", "cmd_report"))
+
+
 def cmd_completion(args: argparse.Namespace) -> int:
     from k3lab.cli import completion
 
@@ -381,7 +389,7 @@ def _add_completion(sub) -> None:
 
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
             _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
-            _add_policy, _add_completion]
+            _add_policy, _add_report, _add_completion]
 _BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
 
 

@@ -34,6 +34,7 @@ class Item:
     expected: str = ""
     actual: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # perf.* / accuracy.* properties
+    duration: float = 0.0  # seconds the check (or static step) took; JUnit's time
 
 
 @dataclass
@@ -85,7 +86,8 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
         status, msg = _status(eff, cid, t["outcome"], t["message"], props)
         items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
-                          props.get("expected", ""), props.get("actual", ""), _metrics(props)))
+                          props.get("expected", ""), props.get("actual", ""), _metrics(props),
+                          float(t.get("duration") or 0.0)))
     return items
 
 
@@ -157,8 +159,8 @@ def deviation_items(eff: Effective, plan: dict[str, Any]) -> list[Item]:
 
 
 def static_items(eff: Effective, rows: list[dict[str, Any]]) -> list[Item]:
-    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r.get("message", ""), why_level="policy static")
-            for r in rows]
+    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r.get("message", ""), why_level="policy static",
+                 duration=float(r.get("duration", 0.0))) for r in rows]
 
 
 # ------------------------------------------------------------------------------------ verdict

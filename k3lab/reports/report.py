@@ -5,7 +5,7 @@
 ``junit.xml`` untouched. Every value may come from an inventory, so all of it is escaped, and the
 value of ``$K3LAB_API_KEY`` is redacted wherever it appears.
 
-    python -m k3lab.reports.report RUN_DIR
+``k3lab report RUN`` rebuilds them with the gate's verdict (k3lab.reports.runreports).
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import datetime as _dt
 import html
 import json
 import platform
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +59,7 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
     preflight: dict[str, Any] = field(default_factory=dict)  # preflight.json: findings, accepted ones
+    gate: dict[str, Any] | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
 
     @property
     def scenario(self) -> str | None:
@@ -79,6 +79,9 @@ class Run:
 
     @property
     def verdict(self) -> str:
+        """The gate's verdict when the run was judged (the word compare and release show), else the outcome rule."""
+        if self.gate:
+            return str(self.gate["verdict"])
         if any(t["outcome"] in FAILED for t in self.tests):
             return "FAIL"
         if not self.count("passed") or self.exitstatus not in (None, 0):
@@ -271,6 +274,8 @@ def summary_md(run: Run) -> str:
     evidence = _evidence_files(run)
     for t in fails:
         lines += _failure_md(t, evidence)
+    lines += _gate_md(run)
+    lines += _skipped_md(run)
     lines += _preflight_md(run)
     lines += ["## Deviations from the guides", ""]
     devs = p.get("deviations") or []
@@ -281,6 +286,34 @@ def summary_md(run: Run) -> str:
               for group, files in evidence.items()]
     lines += ["", f"Generated {_now()} by k3lab {md(__version__)}; report.html has the topology picture.", ""]
     return redact("\n".join(lines))
+
+
+def _gate_md(run: Run) -> list[str]:
+    if not run.gate or not run.gate.get("reasons"):
+        return []
+    return ["## Why not PASS", "", *[f"- {md(r)}" for r in run.gate["reasons"]], ""]
+
+
+def skipped(run: Run) -> list[dict[str, Any]]:
+    """Every check that did not run here, with its reason; ``not_applicable`` when the gate's policy lists
+    the reason (the check does not apply to this scenario), else it counts as not evaluated."""
+    na = {i["key"]: i for i in (run.gate or {}).get("items", []) if i.get("status") == "na"}
+    return [{"nodeid": t["nodeid"], "node": t["node"], "reason": t["message"].removeprefix("Skipped: ") or "(no reason given)",
+             "not_applicable": t["nodeid"] in na}
+            for t in run.tests if t["outcome"] in ("skipped", "xfailed")]
+
+
+def _skipped_md(run: Run) -> list[str]:
+    rows = skipped(run)
+    if not rows:
+        return []
+    n_na = sum(r["not_applicable"] for r in rows)
+    lines = ["## Skipped and not applicable", "",
+             f"{len(rows)} check(s) did not run: {n_na} not applicable here, {len(rows) - n_na} skipped.", "",
+             "| check | node | outcome | reason |", "|---|---|---|---|"]
+    lines += [f"| {md(r['nodeid'])} | {md(r['node'] or '–')} | {'not applicable' if r['not_applicable'] else 'skipped'}"
+              f" | {md(r['reason'])} |" for r in rows]
+    return lines + [""]
 
 
 def _preflight_md(run: Run) -> list[str]:
@@ -392,6 +425,10 @@ _HTML = """<!DOCTYPE html>
 {% for d in deviations %}<tr><td>{{ d.get('id', '?') }}</td><td>{{ d.get('scope', '?') }}</td><td>{{ d.get('what', '') }}</td><td>{{ d.get('why', '') }}</td></tr>
 {% endfor %}</table>
 {% endif %}
+{% if skipped %}<h2>Skipped and not applicable</h2>
+<table><tr><th>check</th><th>node</th><th>outcome</th><th>reason</th></tr>
+{% for r in skipped %}<tr><td>{{ r.nodeid }}</td><td>{{ r.node or '–' }}</td><td>{{ 'not applicable' if r.not_applicable else 'skipped' }}</td><td>{{ r.reason }}</td></tr>{% endfor %}</table>
+{% endif %}
 <h2>Evidence</h2>
 {% if not evidence %}
 <p class="muted">No evidence files.</p>
@@ -418,7 +455,7 @@ def report_html(run: Run) -> str:
         svg=Markup(topology_svg(run.plan, run.tests)), areas=areas, matrix=_matrix_rows(run), failure_cols=cols,
         failures=[_failure_row(t, cols) for t in _failures(run)], deviations=run.plan.get("deviations") or [],
         evidence=[(group, [(quote(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
-        generated=_now(), version=__version__)
+        skipped=skipped(run), generated=_now(), version=__version__)
 
 
 def _matrix_rows(run: Run) -> list[dict[str, Any]]:
@@ -449,29 +486,14 @@ def _failure_row(t: dict[str, Any], cols: tuple[str, ...]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------- entry
 
 
-def write_reports(run_dir: str | Path) -> dict[str, Path]:
-    """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present)."""
+def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present).
+    ``gate``: the run's verdict as the gate decided it (k3lab.reports.runreports.rebuild passes it)."""
     run = load(run_dir)
+    run.gate = gate
     out = {"summary": run.dir / "summary.md", "html": run.dir / "report.html"}
     out["summary"].write_text(summary_md(run))
     out["html"].write_text(report_html(run))
     if (run.dir / "junit.xml").is_file():
         out["junit"] = run.dir / "junit.xml"
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m k3lab.reports.report RUN_DIR", file=sys.stderr)
-        return 2
-    if not Path(args[0]).is_dir():
-        print(f"{args[0]}: not a directory", file=sys.stderr)
-        return 2
-    for kind, path in write_reports(args[0]).items():
-        print(f"{kind}: {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

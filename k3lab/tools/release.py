@@ -55,18 +55,21 @@ def _log(msg: str) -> None:
 
 def static_rows(sid: str, inventory: str | None, options: dict[str, str], target: str, strict: bool = False,
                 accepted: Sequence[AcceptedFinding] = ()) -> list[dict[str, Any]]:
-    """render / preflight / golden of one scenario, as gate rows. ``strict``: a preflight warning neither the
-    inventory nor the policy (``accepted``) accepts fails the preflight row."""
+    """render / preflight / golden of one scenario, as gate rows (each with its duration). ``strict``: a
+    preflight warning neither the inventory nor the policy (``accepted``) accepts fails the preflight row."""
     from k3lab.model.select import load_inventory
 
-    rows: list[dict[str, Any]] = []
+    t = time.monotonic()
     try:
         inv, name = load_inventory(sid, inventory)
         rendered = render.build(sid, inv, options, target, inventory_name=name)
     except Exception as exc:  # an inventory or render error is this scenario's failure, not the release's crash
-        return [{"id": "static.render", "status": "fail", "message": f"render failed: {exc}"}]
-    rows.append({"id": "static.render", "status": "pass",
-                 "message": f"{len(rendered.plan.nodes)} nodes, {sum(len(f) for f in rendered.files.values())} files"})
+        return [{"id": "static.render", "status": "fail", "message": f"render failed: {exc}",
+                 "duration": round(time.monotonic() - t, 4)}]
+    rows: list[dict[str, Any]] = [{"id": "static.render", "status": "pass", "duration": round(time.monotonic() - t, 4),
+                                   "message": f"{len(rendered.plan.nodes)} nodes, "
+                                              f"{sum(len(f) for f in rendered.files.values())} files"}]
+    t = time.monotonic()
     findings = preflight.run(rendered.plan, rendered.files)
     outcome = preflight.judge(findings, [*inv.accept, *accepted])
     failing = outcome.errors + (outcome.warnings if strict else [])
@@ -74,12 +77,15 @@ def static_rows(sid: str, inventory: str | None, options: dict[str, str], target
         f"{len(preflight.CHECKS)} checks, 0 errors, {len(outcome.warnings)} warning(s)"
     msg += "".join(f"; accepted {f.check} [{', '.join(f.nodes)}]: {a.reason}" for f, a in outcome.accepted)
     rows.append({"id": "static.preflight", "status": "fail" if outcome.failed(strict) else "pass", "message": msg,
-                 "accepted": preflight.report(rendered.plan, outcome, strict)["accepted"]})
+                 "accepted": preflight.report(rendered.plan, outcome, strict)["accepted"],
+                 "duration": round(time.monotonic() - t, 4)})
     if inventory:
-        rows.append({"id": "static.golden", "status": "na", "message": "a lab inventory renders its own values"})
+        rows.append({"id": "static.golden", "status": "na", "message": "a lab inventory renders its own values",
+                     "duration": 0.0})
         return rows
+    t = time.monotonic()
     differ = golden.drift(rendered.plan, lambda node, name: rendered.files[node][name])
-    rows.append({"id": "static.golden", "status": "fail" if differ else "pass",
+    rows.append({"id": "static.golden", "status": "fail" if differ else "pass", "duration": round(time.monotonic() - t, 4),
                  "message": f"drifted from golden/: {', '.join(differ[:8])}" if differ else "equal to golden/"})
     return rows
 
@@ -190,7 +196,7 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                     "load": _load(), "warnings": warnings},
-           "jobs": slots, "live": live, "injected": inject,
+           "jobs": slots, "live": live, "scope": "full" if live else "static-only", "injected": inject,
            "timings": {"total_s": round(time.monotonic() - t0, 2), "static_s": round(static_s, 3),
                        "live_s": round(live_s, 2),
                        "sum_of_cycles_s": round(sum(c.get("wall_s", 0) for c in cycles.values()), 2)},
@@ -354,6 +360,7 @@ def _print_summary(doc: dict[str, Any], out: Path) -> None:
     for v in doc["scenarios"]:
         print(f"{v['verdict']:10} {v['scenario']}" + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})"
                                                       if v["reasons"] else ""))
-    print(f"release {doc['overall']}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
+    scope = " (static only: render, preflight and golden; no deployment was checked)" if not doc["live"] else ""
+    print(f"release {doc['overall']}{scope}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
           f"(static {t['static_s']:.2f}s, live {t['live_s']:.1f}s, sum of cycles {t['sum_of_cycles_s']:.1f}s); "
           f"report {out / 'release.html'}")

@@ -21,7 +21,8 @@ def test_static_only_release_passes_and_writes_every_report(tmp_path, capsys):
     doc = json.loads((tmp_path / "release.json").read_text())
     assert doc["overall"] == "PASS" and len(doc["scenarios"]) == 12
     assert all((tmp_path / f).is_file() for f in ("release.md", "release.html", "junit.xml"))
-    assert "release PASS: 12 scenarios" in capsys.readouterr().out
+    assert "release PASS (static only: render, preflight and golden; no deployment was checked): 12 scenarios" \
+        in capsys.readouterr().out
 
 
 @pytest.fixture

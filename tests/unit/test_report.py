@@ -194,10 +194,12 @@ def test_api_key_redacted_everywhere(run_dir, monkeypatch):
 
 
 def test_cli(run_dir, capsys):
-    assert report.main([str(run_dir)]) == 0
+    from k3lab.cli import main as cli
+
+    assert cli.main(["report", str(run_dir)]) == 0
     assert (run_dir / "summary.md").is_file() and (run_dir / "report.html").is_file()
-    assert "summary:" in capsys.readouterr().out
-    assert report.main([]) == 2 and report.main([str(run_dir / "nope")]) == 2
+    assert (run_dir / "gate.json").is_file() and "summary:" in capsys.readouterr().out
+    assert cli.main(["report"]) == 2 and cli.main(["report", str(run_dir / "nope")]) == 2
 
 
 # --------------------------------------------------------------------------- plugin (pytester)

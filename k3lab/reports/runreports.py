@@ -1,0 +1,35 @@
+"""A run's reports from its artefacts, with the gate's verdict: ``k3lab report RUN`` and every cycle.
+
+The verdict a run's summary.md and report.html show is the gate's (PASS, FAIL or INCOMPLETE under the
+gate policy, k3lab.reports.gate), the same word ``k3lab compare`` and ``k3lab release`` show for the
+same run. ``gate.json`` keeps that verdict with its items and reasons beside the reports.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from k3lab.errors import InputError
+from k3lab.model import policy as policies
+from k3lab.reports import gate, report
+
+
+def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Path]:
+    """summary.md, report.html and gate.json of RUN_DIR, judged under the policy (default: the kit's)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not a run directory (runs/<run>/, see k3lab status)")
+    run = report.load(run_dir)
+    if not run.scenario:
+        raise InputError(f"{run_dir}: no plan.json or run-state.json names the scenario; not a run directory")
+    verdict = gate.evaluate_run(policies.load(policy_path).for_scenario(run.scenario), run_dir)
+    doc = verdict.to_json()
+    (run_dir / "gate.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return {**report.write_reports(run_dir, doc), "gate": run_dir / "gate.json"}
+
+
+def cmd_report(args) -> int:
+    """``k3lab report RUN [--policy FILE]``."""
+    for kind, path in rebuild(args.run, args.policy).items():
+        print(f"{kind}: {path}")
+    return 0
