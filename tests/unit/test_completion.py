@@ -9,7 +9,7 @@ import pytest
 from k3lab.cli import main as cli
 
 CASES = {
-    "k3lab re": {"render", "release"},
+    "k3lab re": {"render", "release", "report"},
     "k3lab cycle a3_pd": {"a3_pd", "a3_pd_1m", "a3_pd_pooled"},
     "k3lab faults --id S-ADDR": {"S-ADDR-PLACEHOLDER", "S-ADDR-LOOPBACK"},
     "k3lab preflight --for": {"--format"},
