@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from k3sim.memcache.pool import OPERATIONS, Pool, Segment
@@ -73,25 +74,32 @@ def error(message: str) -> tuple[int, str, str]:
     return 200, JSON, dump({"success": False, "error_message": message, "timestamp": int(time.time())})
 
 
+def _health(pool: Pool, query: dict[str, list[str]]) -> tuple[int, str, str]:
+    return 200, JSON, dump({"status": "ok", "role": "unknown", "ha_state": "unknown", "service_ready": True,
+                            "leader_address": "unknown", "view_version": 0})
+
+
+def _query_key(pool: Pool, query: dict[str, list[str]]) -> tuple[int, str, str]:
+    key = query.get("key", [""])[0]
+    if not key:
+        return error("Missing key parameter")
+    found = pool.query(key)
+    return (200, JSON, dump(found)) if found else error("Key not found")
+
+
+ROUTES: dict[str, Callable[[Pool, dict[str, list[str]]], tuple[int, str, str]]] = {
+    "/health": _health,
+    "/metrics": lambda pool, query: (200, "text/plain; version=0.0.4", prometheus(pool)),
+    "/metrics/summary": lambda pool, query: (200, TEXT, summary(pool)),
+    "/get_all_segments": lambda pool, query: (200, TEXT, "".join(f"{s.name}\n" for s in pool.snapshot()[0])),
+    "/get_all_keys": lambda pool, query: (200, TEXT, "".join(f"{key}\n" for key in pool.all_keys())),
+    "/query_key": _query_key,
+}
+
+
 def route(pool: Pool, path: str, query: dict[str, list[str]]) -> tuple[int, str, str]:
-    if path == "/health":
-        return 200, JSON, dump({"status": "ok", "role": "unknown", "ha_state": "unknown", "service_ready": True,
-                                "leader_address": "unknown", "view_version": 0})
-    if path == "/metrics":
-        return 200, "text/plain; version=0.0.4", prometheus(pool)
-    if path == "/metrics/summary":
-        return 200, TEXT, summary(pool)
-    if path == "/get_all_segments":
-        return 200, TEXT, "".join(f"{s.name}\n" for s in pool.snapshot()[0])
-    if path == "/get_all_keys":
-        return 200, TEXT, "".join(f"{key}\n" for key in pool.all_keys())
-    if path == "/query_key":
-        key = query.get("key", [""])[0]
-        if not key:
-            return error("Missing key parameter")
-        found = pool.query(key)
-        return (200, JSON, dump(found)) if found else error("Key not found")
-    return 404, TEXT, "Not Found"
+    handler = ROUTES.get(path)
+    return handler(pool, query) if handler is not None else (404, TEXT, "Not Found")
 
 
 def serve(pool: Pool, host: str, port: int) -> ThreadingHTTPServer:

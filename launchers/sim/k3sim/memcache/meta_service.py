@@ -14,7 +14,7 @@ import socketserver
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from k3sim import hw
 from k3sim.memcache import codes, config, http_api, wire
@@ -77,28 +77,35 @@ def config_store_handler(pool: Pool) -> type[socketserver.StreamRequestHandler]:
     return Handler
 
 
+def _batch_get(pool: Pool, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+    found = pool.batch_get(request["keys"])
+    return {"ret": codes.MMC_OK, "results": [r for r, _ in found], "values": [wire.pack(v) for _, v in found]}
+
+
+def _get(pool: Pool, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+    ret, value = pool.get(request["key"])
+    return {"ret": ret, "value": wire.pack(value)}
+
+
+OPS: dict[str, Callable[[Pool, int, dict[str, Any]], dict[str, Any]]] = {
+    "mount": lambda pool, conn, r: {"ret": pool.mount(conn, int(r["rank"]), r["medium"], int(r["capacity"]))},
+    "put": lambda pool, conn, r: {"ret": pool.put(r["key"], wire.unpack(r["value"]))},
+    "batch_put": lambda pool, conn, r: {"ret": codes.MMC_OK, "results": pool.batch_put(
+        r["keys"], [wire.unpack(v) for v in r["values"]])},
+    "get": _get,
+    "batch_get": _batch_get,
+    "exist": lambda pool, conn, r: {"ret": pool.exist(r["key"])},
+    "batch_exist": lambda pool, conn, r: {"ret": codes.MMC_OK, "results": pool.batch_exist(r["keys"])},
+    "remove": lambda pool, conn, r: {"ret": pool.remove(r["key"])},
+}
+
+
 def dispatch(pool: Pool, conn: int, request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
-    if op == "mount":
-        return {"ret": pool.mount(conn, int(request["rank"]), request["medium"], int(request["capacity"]))}
-    if op == "put":
-        return {"ret": pool.put(request["key"], wire.unpack(request["value"]))}
-    if op == "batch_put":
-        values = [wire.unpack(v) for v in request["values"]]
-        return {"ret": codes.MMC_OK, "results": pool.batch_put(request["keys"], values)}
-    if op == "get":
-        ret, value = pool.get(request["key"])
-        return {"ret": ret, "value": wire.pack(value)}
-    if op == "batch_get":
-        found = pool.batch_get(request["keys"])
-        return {"ret": codes.MMC_OK, "results": [r for r, _ in found], "values": [wire.pack(v) for _, v in found]}
-    if op == "exist":
-        return {"ret": pool.exist(request["key"])}
-    if op == "batch_exist":
-        return {"ret": codes.MMC_OK, "results": pool.batch_exist(request["keys"])}
-    if op == "remove":
-        return {"ret": pool.remove(request["key"])}
-    return {"ret": codes.MMC_INVALID_PARAM, "error": f"unknown op {op}"}
+    handler = OPS.get(op) if isinstance(op, str) else None
+    if handler is None:
+        return {"ret": codes.MMC_INVALID_PARAM, "error": f"unknown op {op}"}
+    return handler(pool, conn, request)
 
 
 def take_lock() -> int | None:
