@@ -64,9 +64,11 @@ def metric_drift(defs: dict[str, tuple[str, str | None]], text: str) -> list[str
             problems.append(f"{fam.name}: stand-in {fam.type}, vLLM {kind}")
         if doc is not None and fam.documentation != doc:
             problems.append(f"{fam.name}: HELP {fam.documentation!r}, vLLM {doc!r}")
+        # info gauges carry their config's fields and the engine, no model name (log_metrics_info)
+        need = {"engine"} if fam.name.endswith("_info") else {"model_name", "engine"}
         for sample in fam.samples:
-            if not {"model_name", "engine"} <= set(sample.labels):
-                problems.append(f"{sample.name}: labels {sorted(sample.labels)} lack model_name/engine")
+            if not need <= set(sample.labels):
+                problems.append(f"{sample.name}: labels {sorted(sample.labels)} lack {'/'.join(sorted(need))}")
                 break
     return problems
 
@@ -77,6 +79,15 @@ def test_metric_names_types_and_help_match(wheel, engine):
     text = request(engine, "/metrics")[1]
     assert not metric_drift(defs, text)
     assert "vllm:external_prefix_cache_hits_total" in text  # the series the external-cache checks read
+    assert "vllm:cache_config_info" in defs and "vllm:cache_config_info" in text  # the local cache's size
+
+
+def test_cache_config_info_labels_are_the_wheels_cache_config_fields(wheel, engine):
+    """The stand-in's labels are CacheConfig.metrics_info() of the real wheel: every field, no other."""
+    [sample] = [s for fam in text_string_to_metric_families(request(engine, "/metrics")[1])
+                for s in fam.samples if s.name == "vllm:cache_config_info"]
+    want = w.dataclass_fields(wheel, "vllm/config/cache.py", "CacheConfig")
+    assert sorted(k for k in sample.labels if k != "engine") == sorted(want)
 
 
 def test_drift_renamed_metric_fails(wheel, engine):

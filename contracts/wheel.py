@@ -60,7 +60,33 @@ def metric_defs(wheel: zipfile.ZipFile) -> dict[str, tuple[str, str | None]]:
             doc = kw.get("documentation")
             out[name.value] = (METRIC_CLS[node.func.attr],
                                doc.value if isinstance(doc, ast.Constant) and isinstance(doc.value, str) else None)
+    out.update(_info_defs(wheel))
     return out
+
+
+def _info_defs(wheel: zipfile.ZipFile) -> dict[str, tuple[str, str | None]]:
+    """``log_metrics_info``'s gauges: ``name = "vllm:..._info"`` and ``documentation = "..."`` assigned
+    side by side (``vllm:cache_config_info``), then passed to ``self._gauge_cls(name=name, ...)``."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for node in ast.walk(ast.parse(wheel.read(LOGGERS).decode())):
+        if not isinstance(node, ast.If):
+            continue
+        consts = {t.id: a.value.value for a in node.body if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
+                  for t in a.targets if isinstance(t, ast.Name)}
+        name = consts.get("name")
+        if isinstance(name, str) and name.startswith("vllm:") and name.endswith("_info"):
+            doc = consts.get("documentation")
+            out[name] = ("gauge", doc if isinstance(doc, str) else None)
+    return out
+
+
+def dataclass_fields(wheel: zipfile.ZipFile, path: str, cls: str) -> list[str]:
+    """Annotated fields of ``cls`` in declaration order (a config dataclass's ``__dict__`` order)."""
+    for node in ast.parse(wheel.read(path).decode()).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return [st.target.id for st in node.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                    and not ast.unparse(st.annotation).startswith("ClassVar")]
+    raise KeyError(f"{cls} not in {path}")
 
 
 # ------------------------------------------------------------------------------------ protocol

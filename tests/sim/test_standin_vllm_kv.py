@@ -224,3 +224,55 @@ def test_pp_prefill_mapping_reaches_every_node(tmp_path, procs):
     params = _prefill(p_port, text + "2")["kv_transfer_params"]
     assert request(d_port, "/v1/chat/completions", chat(text + "2", kv_transfer_params=params))[0] == 500
     assert f"handshake with tcp://127.0.0.1:{p_kv + 2} failed" in d.out
+
+
+def _completion(port: int, prompt: str) -> dict:
+    status, reply, _ = request(port, "/v1/completions", {"model": "kimi-k3", "prompt": prompt, "max_tokens": 1,
+                                                         "temperature": 0})
+    assert status == 200, reply
+    return reply
+
+
+def test_local_cache_is_the_lru_it_advertises_and_a_fill_leaves_only_pool_hits(tmp_path, procs):
+    """What the external-cache checks rely on without dev mode (issue #24): vllm:cache_config_info gives the
+    local cache's size, the engine evicts LRU at that size, and a prompt pushed out by the kit's fill
+    comes back from the pool only. Without the fill it is a local hit, never an external one."""
+    from k3lab.conformance import eviction
+
+    model = model_dir(tmp_path)
+    port = free_port()
+    p = procs(VLLM + _pool_serve(model, port, free_port()), _pool_env(tmp_path, "a", K3SIM_NUM_GPU_BLOCKS="8"))
+    wait_ready(p, port)
+    text = request(port, "/metrics")[1]
+    [local] = eviction.local_caches(text)
+    assert (local.engine, local.block_size, local.num_gpu_blocks, local.tokens) == ("0", 16, 8, 128)
+    assert 'num_gpu_blocks_override="None"' in text and 'enable_prefix_caching="True"' in text
+    prompt = "A prefix the pool keeps. " * 8
+
+    def counters() -> tuple[float, float]:
+        m = request(port, "/metrics")[1]
+        return metric(m, "vllm:prefix_cache_hits_total"), metric(m, "vllm:external_prefix_cache_hits_total")
+
+    first = _completion(port, prompt)["usage"]["prompt_tokens"]
+    assert first > 32  # at least two full blocks
+    before = counters()
+    _completion(port, prompt)
+    local_hits, ext_hits = (a - b for a, b in zip(counters(), before))
+    assert local_hits > 0 and ext_hits == 0  # still in the local cache: not an external hit
+    done = eviction.fill(lambda q: _completion(port, q)["usage"]["prompt_tokens"], local.fill_tokens(), 48, "t", 30)
+    assert done.tokens >= local.fill_tokens() and done.requests >= 3
+    before = counters()
+    _completion(port, prompt)
+    local_hits, ext_hits = (a - b for a, b in zip(counters(), before))
+    assert local_hits == 0 and ext_hits > 0 and ext_hits % 16 == 0
+
+
+def test_num_gpu_blocks_override_sizes_the_cache(tmp_path, procs):
+    model = model_dir(tmp_path)
+    port = free_port()
+    p = procs(VLLM + _serve(model, port, _kv("kv_producer", free_port()), "--num-gpu-blocks-override", "5"),
+              env(tmp_path, "o"))
+    wait_ready(p, port)
+    text = request(port, "/metrics")[1]
+    assert 'num_gpu_blocks="5"' in text and 'num_gpu_blocks_override="5"' in text
+    assert "GPU KV cache size: 80 tokens" in p.out

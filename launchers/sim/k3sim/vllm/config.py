@@ -111,6 +111,34 @@ class ServeConfig:
     def kv_role(self) -> str | None:
         return (self.kv or {}).get("kv_role")
 
+    @property
+    def num_gpu_blocks(self) -> int:
+        """KV blocks of each engine: ``--num-gpu-blocks-override`` as in vLLM, else what the simulated HBM
+        holds (``K3SIM_NUM_GPU_BLOCKS``, a property of the sim's hardware)."""
+        return int(self.args.num_gpu_blocks_override or os.environ.get("K3SIM_NUM_GPU_BLOCKS", "16384"))
+
+    def cache_config_info(self) -> dict[str, str]:
+        """The labels of ``vllm:cache_config_info``: ``CacheConfig.metrics_info()``, every field of
+        ``vllm/config/cache.py`` (0.33 wheel) ``str()``-ed in declaration order, with this engine's values;
+        ``num_gpu_blocks`` x ``block_size`` is the size of its local prefix cache."""
+        bs, blocks = self.block_size, self.num_gpu_blocks
+        fields: dict[str, object] = {
+            "block_size": bs, "user_specified_block_size": self.args.block_size is not None, "kv_cache_layout": None,
+            "prefix_match_unit": None, "gpu_memory_utilization": self.args.gpu_memory_utilization,
+            "cache_dtype": self.args.kv_cache_dtype, "is_attention_free": False,
+            "num_gpu_blocks_override": self.args.num_gpu_blocks_override, "sliding_window": None,
+            "enable_prefix_caching": self.prefix_caching, "prefix_caching_hash_algo": "sha256",
+            "prefix_cache_retention_interval": 0, "kv_cache_dtype_skip_layers": [], "mamba_page_size_padded": None,
+            "skip_page_size_padded": None, "mamba_block_size": None, "mamba_cache_dtype": "auto",
+            "mamba_ssm_cache_dtype": "auto", "mamba_cache_mode": "none", "enable_mamba_shared_prefix_checkpoint": False,
+            "replayssm_buffer_len": 16, "use_replayssm": False, "use_kda_recoverssm": False, "num_gpu_blocks": blocks,
+            "num_cpu_blocks": None, "simple_cpu_offload_num_blocks": None, "effective_attention_block_size": bs,
+            "kv_cache_size_tokens": blocks * bs, "kv_cache_max_concurrency": blocks * bs / self.max_model_len,
+            "hash_block_size": bs, "cache_hit_alignment_tokens": bs, "kv_sharing_fast_prefill": False,
+            "swa_bounded_replay": True, "kv_cache_memory_bytes": None, "kv_offloading_size": None,
+            "kv_offloading_backend": "native", "_block_size_resolved": True}
+        return {k: str(v) for k, v in fields.items()}
+
     def fingerprint(self) -> dict[str, Any]:
         """Settings every member of one PP/DP group must share."""
         return {"model": self.model, "served_model_name": self.model_name, "max_model_len": self.max_model_len,

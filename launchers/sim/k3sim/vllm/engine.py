@@ -46,7 +46,7 @@ def wait_while_hung(stop: threading.Event | None = None) -> None:
 
 
 class Engine:
-    def __init__(self, *, dp_rank: int, block_size: int, prefix_caching: bool, kv: KVConfig | None,
+    def __init__(self, *, dp_rank: int, block_size: int, num_gpu_blocks: int, prefix_caching: bool, kv: KVConfig | None,
                  mooncake: MooncakeSide | None, pool: PoolClient | None, log: Logger) -> None:
         self.dp_rank = dp_rank
         self.block_size = block_size
@@ -54,7 +54,7 @@ class Engine:
         self.mooncake = mooncake
         self.pool = pool
         self.log = log
-        self.capacity = int(os.environ.get("K3SIM_NUM_GPU_BLOCKS", "16384"))
+        self.capacity = num_gpu_blocks
         self.cache = cache.PrefixCache(self.capacity, prefix_caching)
         seed = hash_seed()
         self.seed = cache.none_hash(seed)

@@ -102,8 +102,8 @@ def main(argv: list[str]) -> int:
     from k3sim.vllm.metrics import Metrics
 
     metrics = Metrics(cfg.model_name, cfg.managed_ranks, log_stats=cfg.log_stats, connector=runtime.kv_configured,
-                      multiprocess=cfg.mode == "internal" and cfg.dp > 1,
-                      capacity_blocks=int(os.environ.get("K3SIM_NUM_GPU_BLOCKS", "16384")))
+                      multiprocess=cfg.mode == "internal" and cfg.dp > 1, capacity_blocks=cfg.num_gpu_blocks,
+                      cache_config=cfg.cache_config_info())
     if cfg.log_stats:
         interval = float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10"))
         threading.Thread(target=metrics.log_loop, args=(log, interval, stop), daemon=True).start()

@@ -3,6 +3,11 @@
 One child per engine the server manages (§1.6), created at start so counters read 0. With
 ``--disable-log-stats`` no ``vllm:*`` series exist (§1.1). Internal-LB DP runs several API
 servers in multiprocess mode, where ``_created`` samples and process metrics are absent.
+
+``vllm:cache_config_info`` is ``PrometheusStatLogger.log_metrics_info("cache_config", ...)``: a gauge
+set to 1 whose labels are ``CacheConfig.metrics_info()`` (every field as a string) plus ``engine``,
+one sample per engine. Its ``num_gpu_blocks`` and ``block_size`` are the local prefix cache's real
+size here: the engines' LRU cache holds exactly that many blocks (``K3SIM_NUM_GPU_BLOCKS``).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ class EngineStats:
 
 class Metrics:
     def __init__(self, model_name: str, ranks: list[int], *, log_stats: bool, connector: bool,
-                 multiprocess: bool, capacity_blocks: int) -> None:
+                 multiprocess: bool, capacity_blocks: int, cache_config: dict[str, str] | None = None) -> None:
         import prometheus_client as pc
 
         if multiprocess:
@@ -90,6 +95,11 @@ class Metrics:
         self.prompt_len = pc.Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
                                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
                                                 50000, 100000, 200000, 500000, 1000000), registry=reg)
+        if cache_config is not None:
+            info = pc.Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                            [*cache_config, "engine"], registry=reg, multiprocess_mode="mostrecent")
+            for r in ranks:
+                info.labels(**cache_config, engine=str(r)).set(1)
         for r in ranks:
             lv = (model_name, str(r))
             for metric in (self.running, self.waiting, self.kv_usage, self.prefix_q, self.prefix_h, self.ext_q,

@@ -158,7 +158,8 @@ class Runtime:
                 pool = PoolClient(kv.pool, os.path.basename(cfg.model.rstrip("/")), rank, elog)
                 pool.init(0)
                 self.pools.append(pool)
-        self.engines[rank] = Engine(dp_rank=rank, block_size=cfg.block_size, prefix_caching=cfg.prefix_caching,
+        self.engines[rank] = Engine(dp_rank=rank, block_size=cfg.block_size, num_gpu_blocks=cfg.num_gpu_blocks,
+                                    prefix_caching=cfg.prefix_caching,
                                     kv=kv, mooncake=mooncake, pool=pool, log=elog)
 
     def _load(self, elog: Logger) -> None:
@@ -171,7 +172,7 @@ class Runtime:
         took = time.time() - start
         elog.info("default_loader.py:267", "Loading weights took %.2f seconds", took)
         elog.info("model_runner_v1.py:2830", "Loading model weights took 0.0000 GB")
-        tokens = int(os.environ.get("K3SIM_NUM_GPU_BLOCKS", "16384")) * cfg.block_size
+        tokens = cfg.num_gpu_blocks * cfg.block_size
         elog.info("kv_cache_utils.py:1087", "GPU KV cache size: %s tokens", f"{tokens:,}")
         elog.info("kv_cache_utils.py:1091", "Maximum concurrency for %s tokens per request: %.2fx",
                   f"{cfg.max_model_len:,}", tokens / cfg.max_model_len)
