@@ -30,7 +30,8 @@ from k3lab.launchers.sim.vllm_ascend import FetchError
 
 MAIN = "import sys; from memcache_hybrid import MetaService; sys.exit(MetaService.main())"  # the guide's command
 # read by conformance/ and the lifecycle gates (segment samples need a provider; HELP and TYPE do not)
-KIT_READS = ("memcache_total_capacity_bytes", "memcache_segment_capacity_bytes", "memcache_stored_keys")
+KIT_READS = ("memcache_total_capacity_bytes", "memcache_segment_capacity_bytes", "memcache_stored_keys",
+             "memcache_allocated_bytes", "memcache_evict_operations_total")
 PATHS = ("/health", "/metrics", "/metrics/summary", "/get_all_segments", "/no-such-path")
 CONSOLE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} (?P<level>[A-Z]+) \[\d+-\d+\]\[(?P<tag>[^]]+)\] (?P<msg>.*)$")
 FILE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} \d+ (?P<level>[a-z]+) \[(?P<tag>[^]]+)\] (?P<msg>.*)$")
