@@ -113,12 +113,31 @@ def tools(hosts, plan):
     pool.shutdown(wait=True, cancel_futures=True)
 
 
+class _Clients(dict):
+    """Per node its endpoint's client, built on first use: a host that does not answer fails its own
+    node's checks (named, at once after the first), never every node's."""
+
+    def __init__(self, state, pool) -> None:
+        super().__init__()
+        self.state, self.pool = state, pool
+
+    def __missing__(self, node: str):
+        from k3lab.launchers.endpoints import LOCAL_ENDPOINT, describe, reason, unreachable_error
+
+        endpoint = self.state.endpoint_of(node, LOCAL_ENDPOINT)
+        try:
+            return self.pool.get(endpoint)
+        except Exception as exc:
+            if not unreachable_error(exc):
+                raise
+            raise AssertionError(f"{node} ({describe(endpoint)}): endpoint {endpoint} does not answer: "
+                                 f"{reason(exc)}") from None
+
+
 @pytest.fixture(scope="session")
 def docker_clients(state, client_pool):
     """Per node: the Docker client of that node's own endpoint."""
-    from k3lab.launchers.endpoints import LOCAL_ENDPOINT
-
-    return {node: client_pool.get(state.endpoint_of(node, LOCAL_ENDPOINT)) for node in state.containers}
+    return _Clients(state, client_pool)
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,30 @@ import subprocess
 import time
 
 from k3lab import formats
-from k3lab.errors import UsageError
+from k3lab.errors import ENVIRONMENT, EnvError, UsageError
 from k3lab.launchers import suite
-from k3lab.launchers.backends import LABEL, remove_by_label
-from k3lab.launchers.endpoints import LOCAL_ENDPOINT, ClientPool, SshOptions, describe
-from k3lab.launchers.lifecycle import RUNS, Interrupted, Run, _log, attach, collect, down, down_all, up
+from k3lab.launchers.backends import LABEL, teardown
+from k3lab.launchers.endpoints import (
+    HOST_DEADLINE_S,
+    LOCAL_ENDPOINT,
+    ClientPool,
+    SshOptions,
+    describe,
+    each_host,
+    reason,
+)
+from k3lab.launchers.lifecycle import (
+    RUNS,
+    Interrupted,
+    Run,
+    _log,
+    attach,
+    collect,
+    describe_left,
+    down,
+    down_all,
+    up,
+)
 from k3lab.model import runs
 
 
@@ -70,7 +89,8 @@ def cmd_cycle(args: argparse.Namespace) -> int:
         code = _suite(run, args)
     finally:
         if not args.keep:
-            down(run)
+            # a run left on a host that did not answer is not a clean cycle, whatever the suite said
+            code = code or (ENVIRONMENT if down(run) else 0)
         else:
             run.save("up")
     _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
@@ -90,13 +110,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     return code
 
 
-def _run_endpoints(run: str) -> tuple[list[str], SshOptions]:
-    """The endpoints a run used (its run-state.json), else the local engine."""
+def _run_endpoints(run: str) -> tuple[dict[str, str], SshOptions]:
+    """Per node the endpoint a run used (its run-state.json), else the local engine."""
     if (RUNS / run / runs.RUN_STATE).is_file():
         state = runs.run_state(RUNS / run)
-        eps = list(dict.fromkeys(state.endpoints.values())) or [LOCAL_ENDPOINT]
-        return eps, SshOptions.from_dict(state.ssh)
-    return [LOCAL_ENDPOINT], SshOptions()
+        return dict(state.endpoints) or {"local": LOCAL_ENDPOINT}, SshOptions.from_dict(state.ssh)
+    return {"local": LOCAL_ENDPOINT}, SshOptions()
 
 
 def _fault(args: argparse.Namespace):
@@ -118,29 +137,47 @@ def cmd_down(args: argparse.Namespace) -> int:
     if args.all or not args.run:
         return down_all()
     endpoints, ssh = _run_endpoints(args.run)
-    pool = ClientPool(ssh)
-    removed = 0
-    for ep in endpoints:
-        client = pool.get(ep)
-        removed += len(remove_by_label(client, args.run))
-    _log(f"run {args.run}: removed {removed} container(s) on {len(endpoints)} endpoint(s)")
+    path = RUNS / args.run / runs.RUN_STATE
+    state = runs.run_state(RUNS / args.run) if path.is_file() else None
+    # a teardown that could not reach every host recorded the rest: finish those
+    todo = dict(state.left) if state and state.left else endpoints
+    removed, left = teardown(ClientPool(ssh), args.run, todo)
+    if state is not None:
+        update = {"status": "down-incomplete" if left else "down", "left": left}
+        path.write_text(state.model_copy(update=update).model_dump_json(indent=2))
+    _log(f"run {args.run}: removed {len(removed)} container(s) on {len(set(todo.values())) - len(set(left.values()))} "
+         f"endpoint(s)")
+    if left:
+        raise EnvError(f"run {args.run} is still on {describe_left(left)}: their endpoints did not answer; "
+                       f"run 'k3lab down {args.run}' again once they do (the run-state remembers them)")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    endpoints, ssh = _run_endpoints(args.run) if args.run else ([LOCAL_ENDPOINT], SshOptions())
+    endpoints, ssh = _run_endpoints(args.run) if args.run else ({"local": LOCAL_ENDPOINT}, SshOptions())
     pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
+    nodes_of: dict[str, list[str]] = {}
+    for node, ep in endpoints.items():
+        nodes_of.setdefault(ep, []).append(node)
+    answers, failures = each_host(lambda ep: pool.get(ep).containers.list(all=True, filters=flt, ignore_removed=True),
+                                  {ep: ep for ep in nodes_of}, HOST_DEADLINE_S)
     rows = [{"run": c.labels.get(LABEL), "node": c.labels.get("k3lab.node", "?"), "status": c.status, "container": c.name,
              "endpoint": describe(ep)}
-            for ep in endpoints for c in pool.get(ep).containers.list(all=True, filters=flt, ignore_removed=True)]
-    formats.emit(args, {"containers": rows}, _print_status)
+            for ep, listed in answers.items() for c in listed]
+    unanswered = [{"nodes": nodes_of[ep], "endpoint": describe(ep), "reason": reason(exc)} for ep, exc in failures.items()]
+    formats.emit(args, {"containers": rows, "unanswered": unanswered}, _print_status)
+    if failures:
+        raise EnvError(f"status of {len(failures)} endpoint(s) unknown: " +
+                       ", ".join(f"{', '.join(nodes_of[ep])} ({describe(ep)})" for ep in failures))
     return 0
 
 
 def _print_status(doc: dict) -> None:
     for r in doc["containers"]:
         print(f"{r['run']}  {r['node']:8} {r['status']:10} {r['container']:24} {r['endpoint']}")
+    for r in doc["unanswered"]:
+        print(f"{', '.join(r['nodes'])} ({r['endpoint']}): no answer: {r['reason']}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import os
 import sys
 import tarfile
 import time
@@ -23,14 +24,20 @@ from k3lab.launchers.endpoints import (
     ClientPool,
     CommandResult,
     SshOptions,
+    describe,
     docker_client,
     docker_exec,
+    each_host,
     local_client,
+    reason,
 )
 from k3lab.model.plan import NodePlan, Plan
 
 LABEL = "k3lab.run"
 FIXTURES = paths.FIXTURES
+# Per-host budgets of the kit-side operations (each host in parallel). Force-removing a node's
+# container kills its processes: seconds on a healthy host; 90 s leaves room for a slow one.
+TEARDOWN_DEADLINE_S = float(os.environ.get("K3LAB_TEARDOWN_DEADLINE", "90"))
 
 
 def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
@@ -59,6 +66,7 @@ class Backend:
         self.plan = plan
         self.run_id = run_id
         self.containers: dict[str, docker.models.containers.Container] = {}
+        self.left: dict[str, str] = {}  # nodes the last teardown could not reach: node -> endpoint
 
     # --- per-target
     def client(self, node: NodePlan) -> docker.DockerClient:
@@ -109,9 +117,17 @@ class Backend:
         self.cleanup_target()
         return removed
 
-    def parallel(self, fn, nodes: list[NodePlan]) -> None:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(fn, nodes))
+    def parallel(self, fn, nodes: list[NodePlan], deadline: float | None = None) -> dict[str, str]:
+        """``fn(node)`` on every node at once. Without a deadline (bring-up) the first error is raised;
+        with one, the nodes that failed or did not answer in time are returned, each named with its
+        host and why ("p1 (10.0.0.2): no answer within 60 s"), and the others proceed."""
+        if deadline is None:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(fn, nodes))
+            return {}
+        _, failures = each_host(fn, {n.name: n for n in nodes}, deadline)
+        return {n.name: f"{n.name} ({describe(n.endpoint)}): {reason(failures[n.name])}"
+                for n in nodes if n.name in failures}
 
 
 def remove_by_label(client: docker.DockerClient, run_id: str | None) -> list[str]:
@@ -134,6 +150,26 @@ def remove_by_label(client: docker.DockerClient, run_id: str | None) -> list[str
         except docker.errors.APIError as exc:  # still in use: say so, the containers are gone already
             print(f"k3lab: network {net.name} not removed: {exc}", file=sys.stderr)
     return removed
+
+
+def teardown(pool: ClientPool, run_id: str, endpoints: dict[str, str],
+             deadline: float = TEARDOWN_DEADLINE_S) -> tuple[list[str], dict[str, str]]:
+    """Remove a run from every endpoint at once (``endpoints``: node -> endpoint), each within ``deadline``.
+
+    The one teardown of a lab run (up's failure path, cycle, down RUN): returns the containers removed
+    and the nodes left behind (node -> endpoint), each named on stderr with its host and why. A host
+    that does not answer never keeps the run on the others."""
+    nodes_of: dict[str, list[str]] = {}
+    for node, ep in endpoints.items():
+        nodes_of.setdefault(ep, []).append(node)
+    answers, failures = each_host(lambda ep: remove_by_label(pool.get(ep), run_id), {ep: ep for ep in nodes_of},
+                                  deadline)
+    for ep, exc in failures.items():
+        pool.failed(ep, exc)
+        print(f"k3lab: run {run_id} not removed from {', '.join(nodes_of[ep])} ({describe(ep)}): {reason(exc)}",
+              file=sys.stderr, flush=True)
+    return ([name for ep in nodes_of if ep in answers for name in answers[ep]],
+            {node: ep for ep in failures for node in nodes_of[ep]})
 
 
 def sim_engine(plan: Plan) -> docker.DockerClient:
@@ -259,18 +295,10 @@ class LabBackend(Backend):
         return self.pool.get(node.endpoint)
 
     def remove_run(self) -> list[str]:
-        """Every endpoint of the plan, once each: containers carrying this run's label only."""
-        nodes = list({n.endpoint: n for n in reversed(self.plan.nodes)}.values())
-
-        def one(node: NodePlan) -> list[str]:
-            try:
-                return remove_by_label(self.client(node), self.run_id)
-            except Exception as exc:  # one unreachable node must not keep the others up
-                print(f"k3lab: teardown on {node.endpoint} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                return []
-
-        with ThreadPoolExecutor(max_workers=8) as pool:  # endpoints in parallel: a round trip each on a lab
-            return [name for names in pool.map(one, nodes) for name in names]
+        """Every endpoint of the plan at once, containers carrying this run's label only; the nodes it
+        could not reach are kept in ``left`` (the run-state records them for ``k3lab down RUN``)."""
+        removed, self.left = teardown(self.pool, self.run_id, {n.name: n.endpoint for n in self.plan.nodes})
+        return removed
 
     def container_kwargs(self, node: NodePlan) -> dict:
         c = node.container

@@ -9,6 +9,12 @@ the pair (endpoint, container name), never a container name alone on the local e
   host keys checked against a known_hosts file (the kit's, when the inventory names one, else
   ``~/.ssh/known_hosts``) and an unknown key refused, never added. Proxy variables of the kit
   host never apply (``trust_env`` off): a ``tcp://`` endpoint is a deployment address.
+* Every per-host call has a deadline: SSH connect, banner, auth and channel open are bounded
+  (paramiko's own timeouts), an engine is asked ``/_ping`` within :data:`ANSWER_TIMEOUT_S` before a
+  pool hands its client out, and an endpoint that failed once is remembered as unreachable, so the
+  next call fails at once (:class:`HostUnreachable`) instead of waiting again. :func:`each_host`
+  runs one operation on several hosts at once under one deadline (a SIGSTOPped dockerd accepts
+  TCP and never answers) and names each host that failed or did not answer.
 * :class:`NodeHost` runs commands in the node's container through that client (``docker exec``)
   and answers like testinfra: ``run`` returns a :class:`CommandResult` (``rc``, ``stdout``,
   ``stderr``), ``check_output`` fails naming the host, ``file(path)`` reads a file.
@@ -18,9 +24,11 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
 
 import docker
@@ -28,11 +36,29 @@ import paramiko
 import requests
 from docker.transport import SSHHTTPAdapter
 
-from k3lab.errors import CommandFailed
+from k3lab.errors import CommandFailed, EnvError
 from k3lab.model.runs import RunState
 
 LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
 API_VERSION = "1.41"  # Docker 20.10+, the oldest engine the kit supports; avoids a version probe
+# First contact with a host: SSH connect, banner, auth and channel open, then the engine's /_ping.
+# A loaded lab engine answers a ping in well under a second; 20 s leaves room for a slow SSH login.
+ANSWER_TIMEOUT_S = float(os.environ.get("K3LAB_ANSWER_TIMEOUT", "20"))
+# One kit-side operation on one host (evidence, versions, attach, status), hosts in parallel.
+HOST_DEADLINE_S = float(os.environ.get("K3LAB_HOST_DEADLINE", "60"))
+T = TypeVar("T")
+
+
+class HostUnreachable(EnvError):
+    """A node's endpoint failed or did not answer in time (exit 3); callers name the node beside it."""
+
+
+def unreachable_error(exc: BaseException) -> bool:
+    """An error that says the host did not answer, not that the engine answered no (an HTTP error)."""
+    if isinstance(exc, docker.errors.APIError):
+        return False
+    return isinstance(exc, (OSError, EOFError, paramiko.SSHException, HostUnreachable,
+                            docker.errors.DockerException))
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,9 @@ class _KitSSHAdapter(SSHHTTPAdapter):
 
     def _create_paramiko_client(self, base_url):
         super()._create_paramiko_client(base_url)
+        # without these a lost host holds the handshake or a channel open for up to an hour
+        self.ssh_params.update(timeout=ANSWER_TIMEOUT_S, banner_timeout=ANSWER_TIMEOUT_S,
+                               auth_timeout=ANSWER_TIMEOUT_S, channel_timeout=ANSWER_TIMEOUT_S)
         if self._kit_ssh.known_hosts:
             # only the kit's file: a key the operator's ~/.ssh/known_hosts holds does not count
             self.ssh_client._system_host_keys = paramiko.HostKeys()
@@ -74,7 +103,7 @@ class _KitSSHAdapter(SSHHTTPAdapter):
 def docker_client(endpoint: str, ssh: SshOptions | None = None, timeout: int = 120) -> docker.DockerClient:
     """A Docker client for one node's endpoint; nothing is read from DOCKER_HOST or proxies."""
     ssh = ssh or SshOptions()
-    if endpoint.startswith("ssh://") and (ssh.known_hosts or ssh.identity_file):
+    if endpoint.startswith("ssh://"):  # the kit's adapter always: its connect and channel timeouts
         api = docker.APIClient(base_url="tcp://127.0.0.1:9", version=API_VERSION, timeout=timeout)
         # parse_host adds the default port 22, as docker-py's own constructor does
         adapter = _KitSSHAdapter(docker.utils.parse_host(endpoint), ssh, timeout=timeout, max_pool_size=32)
@@ -102,29 +131,54 @@ def describe(endpoint: str) -> str:
     return urlparse(endpoint).hostname or endpoint
 
 
+def ping(client: docker.DockerClient, timeout: float = ANSWER_TIMEOUT_S) -> None:
+    """The engine's ``/_ping`` within ``timeout`` (the SDK's ``ping()`` waits the client's whole timeout)."""
+    api = client.api
+    api.get(f"{api.base_url}/_ping", timeout=timeout).raise_for_status()
+
+
 class ClientPool:
     """One client per endpoint, shared by threads (docker-py clients are thread-safe).
 
     An ssh:// client connects (SSH handshake) when it is built; each endpoint has its own lock so
-    the handshakes of several nodes run in parallel, and each happens once per process."""
+    the handshakes of several nodes run in parallel, and each happens once per process. A new
+    client is handed out only once its engine answered a ping; an endpoint that failed (here or in
+    a caller, :meth:`failed`) stays unreachable for this pool: later calls fail at once."""
 
     def __init__(self, ssh: SshOptions | None = None) -> None:
         self.ssh = ssh or SshOptions()
         self._clients: dict[str, docker.DockerClient] = {}
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
+        self.unreachable: dict[str, str] = {}  # endpoint -> why
 
     def get(self, endpoint: str) -> docker.DockerClient:
         with self._lock:
+            self._refuse_unreachable(endpoint)
             if endpoint in self._clients:
                 return self._clients[endpoint]
             lock = self._building.setdefault(endpoint, threading.Lock())
         with lock:
+            self._refuse_unreachable(endpoint)
             if endpoint not in self._clients:
-                client = docker_client(endpoint, self.ssh)
+                try:
+                    client = docker_client(endpoint, self.ssh)
+                    ping(client)
+                except Exception as exc:
+                    self.failed(endpoint, exc)
+                    raise
                 with self._lock:
                     self._clients[endpoint] = client
             return self._clients[endpoint]
+
+    def failed(self, endpoint: str, exc: BaseException) -> None:
+        """Remember that ``endpoint`` did not answer: the pool's later calls to it fail at once."""
+        with self._lock:
+            self.unreachable.setdefault(endpoint, reason(exc))
+
+    def _refuse_unreachable(self, endpoint: str) -> None:
+        if endpoint in self.unreachable:
+            raise HostUnreachable(f"{describe(endpoint)} did not answer earlier: {self.unreachable[endpoint]}")
 
     def close(self) -> None:
         for c in list(self._clients.values()):
@@ -133,6 +187,40 @@ class ClientPool:
             except Exception:
                 pass
         self._clients.clear()
+
+
+def reason(exc: BaseException) -> str:
+    """One line saying why a host call failed (the exception's type when its text is empty)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def each_host(fn: Callable[[T], Any], items: dict[str, T], deadline: float | None) -> tuple[dict[str, Any], dict[str, BaseException]]:
+    """``fn(item)`` for every key at once; (answers, failures) per key, all back within ``deadline`` seconds.
+
+    The SDK's timeouts bound each call; the deadline bounds the whole operation on a host, which can
+    be several calls. A key that has not answered by then fails with :class:`TimeoutError` and the
+    others are not held up. Daemon threads, because a call into a SIGSTOPped engine may block until
+    its socket times out: it must not hold the kit's exit."""
+    answers: dict[str, Any] = {}
+    failures: dict[str, BaseException] = {}
+
+    def one(key: str, item: T) -> None:
+        try:
+            answers[key] = fn(item)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who names the host
+            failures[key] = exc
+
+    threads = [threading.Thread(target=one, args=(k, v), name=f"k3lab-host-{k}", daemon=True) for k, v in items.items()]
+    for t in threads:
+        t.start()
+    end = None if deadline is None else time.monotonic() + deadline
+    for t in threads:
+        t.join(None if end is None else max(0.0, end - time.monotonic()))
+    for key in items:
+        if key not in answers and key not in failures:
+            failures[key] = TimeoutError(f"no answer within {deadline:.0f} s")
+    return dict(answers), dict(failures)
 
 
 # ------------------------------------------------------------------------------- host access
@@ -225,13 +313,18 @@ class NodeHost:
         with self._lock:
             self.round_trips += 1
         _record_round_trip(self.node)
-        api = self.pool.get(self.endpoint).api
         try:
+            api = self.pool.get(self.endpoint).api
             return docker_exec(api, self.container, argv, self.name, env, workdir, timeout or self.timeout)
         except docker.errors.NotFound:
             raise AssertionError(f"{self.name}: container {self.container} does not exist on {self.endpoint}") from None
         except docker.errors.APIError as exc:
             raise AssertionError(f"{self.name}: docker exec in {self.container} failed: {exc.explanation or exc}") from None
+        except Exception as exc:
+            if not unreachable_error(exc):
+                raise
+            self.pool.failed(self.endpoint, exc)  # the node's other checks fail at once, not after a timeout each
+            raise AssertionError(f"{self.name}: endpoint {self.endpoint} does not answer: {reason(exc)}") from None
 
     def run(self, command: str, *args: str) -> CommandResult:
         """Run a shell command in the container (testinfra: ``/bin/sh -c``)."""

@@ -485,6 +485,33 @@ def status() -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------- breaking a host (fault matrix)
+
+
+def hosts() -> list[tuple[Host, str, str]]:
+    """The emulated hosts that are up: (host, its node, its endpoint), from the state ``up`` wrote."""
+    return [(Host(int(h["index"])), h["node"], h["endpoint"]) for h in _state().get("hosts", [])]
+
+
+def stop_sshd(h: Host) -> None:
+    """The host's sshd stopped: its ssh:// endpoint refuses connections (a crashed or stopped sshd)."""
+    _kill(h.sshd_pid)
+    h.sshd_pid.unlink(missing_ok=True)
+
+
+def start_sshd(h: Host) -> None:
+    """The host's sshd started again in the host's own namespaces (those of its engine)."""
+    pid = h.docker_pid.read_text().strip()
+    _sh("nsenter", f"--target={pid}", "--mount", "--net", "/usr/sbin/sshd", "-f", "/etc/ssh/k3emu_sshd_config",
+        "-E", str(h.root / "sshd.log"))
+    _wait_ready(h)
+
+
+def link(h: Host, up: bool) -> None:
+    """The host's link to the lab network down (packets vanish, nothing refuses) or up again."""
+    _sh("ip", "link", "set", h.veth, "up" if up else "down")
+
+
 # ---------------------------------------------------------------------------------- commands
 
 

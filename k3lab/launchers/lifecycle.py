@@ -26,7 +26,7 @@ from k3lab import formats, waits
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
-from k3lab.launchers.endpoints import HTTP, SshOptions, describe, local_client
+from k3lab.launchers.endpoints import HOST_DEADLINE_S, HTTP, SshOptions, describe, local_client
 from k3lab.launchers.sim import neighbours
 from k3lab.model import apikey, runs
 from k3lab.model.plan import Gate, Plan, Process
@@ -74,7 +74,8 @@ class Run:
                 "containers": {n: c.name for n, c in self.backend.containers.items()},
                 "network": getattr(self.backend, "network_name", None),
                 "endpoints": {n.name: n.endpoint for n in self.plan.nodes},
-                "ssh": getattr(self.backend, "ssh", SshOptions()).as_dict(), "timings": self.timings}
+                "ssh": getattr(self.backend, "ssh", SshOptions()).as_dict(), "timings": self.timings,
+                "left": self.backend.left}
 
     def save(self, status: str) -> None:
         state = runs.RunState.model_validate(self.state(status))  # what every reader will validate
@@ -538,17 +539,34 @@ def collect(run: Run) -> None:
 
     t = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as pool:  # independent reads; each waits on other nodes
-        for job in [pool.submit(run.backend.parallel, one, run.plan.nodes), pool.submit(versions), pool.submit(metrics)]:
+        per_node = pool.submit(run.backend.parallel, one, run.plan.nodes, HOST_DEADLINE_S)
+        others = [pool.submit(versions), pool.submit(metrics)]
+        for node, why in per_node.result().items():  # a host that did not answer: named, the rest collected
+            _log(f"evidence: {why}")
+            (evidence / node).mkdir(exist_ok=True)
+            (evidence / node / "collect-error.txt").write_text(why + "\n")
+        for job in others:
             job.result()
     run.timings["collect_s"] = time.monotonic() - t
 
 
-def down(run: Run) -> None:
+def down(run: Run) -> dict[str, str]:
+    """Remove the run from every host that answers; the nodes left behind (node -> endpoint), also kept in
+    the run-state so ``k3lab down RUN`` finishes the job once they answer."""
     t = time.monotonic()
     removed = run.backend.remove_run()
     run.timings["teardown_s"] = time.monotonic() - t
-    run.save("down")
+    left = run.backend.left
+    run.save("down-incomplete" if left else "down")
     _log(f"run {run.id}: removed {len(removed)} container(s) and the run network in {run.timings['teardown_s']:.1f}s")
+    if left:
+        _log(f"run {run.id}: NOT removed from {describe_left(left)}; 'k3lab down {run.id}' once they answer")
+    return left
+
+
+def describe_left(left: dict[str, str]) -> str:
+    """``p1 (10.0.0.2), d0 (10.0.0.5)``: the nodes a teardown left behind, with their hosts."""
+    return ", ".join(f"{node} ({describe(ep)})" for node, ep in left.items())
 
 
 def down_all() -> int:
@@ -591,7 +609,8 @@ def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
         except Exception as exc:
             _log(f"{node.name} ({describe(node.endpoint)}): endpoint {node.endpoint} failed: {exc}")
 
-    backend.parallel(find, plan.nodes)
+    for why in backend.parallel(find, plan.nodes, HOST_DEADLINE_S).values():
+        _log(why)
     run.save("attached")
     _log(f"attached {run_id}: {scenario}, {len(backend.containers)}/{len(plan.nodes)} containers found, "
          f"run dir {run_dir}")

@@ -131,9 +131,13 @@ def probe(run) -> dict[str, Any]:
         found.update(image_of(run.backend.containers[node.name]))
         nodes[node.name] = found
 
-    run.backend.parallel(one, run.plan.nodes)
+    from k3lab.launchers.endpoints import HOST_DEADLINE_S
+
+    failed = run.backend.parallel(one, run.plan.nodes, HOST_DEADLINE_S)  # a host that does not answer is named
     doc = {"schema": 1, "source": "docker exec on each node + Docker API of its endpoint",
            "guide": guide_versions(run.plan.seed), "nodes": dict(sorted(nodes.items())), "summary": summarise(nodes)}
+    if failed:
+        doc["unanswered"] = failed
     (Path(run.dir) / FILE).write_text(json.dumps(doc, indent=2) + "\n")
     return doc
 

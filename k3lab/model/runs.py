@@ -55,6 +55,7 @@ class RunState(_Artefact):
     ssh: dict[str, str | None] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     attached: bool = False
+    left: dict[str, str] = Field(default_factory=dict)  # nodes a teardown could not reach: node -> endpoint
 
     @field_validator("timings")
     @classmethod

@@ -42,10 +42,12 @@ class Fault:
     revert: list[tuple[str, list[str]]] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # live, at start: the kit's environment for up and the suite
     suite_args: tuple[str, ...] = ()  # live: extra pytest options for this row's suite (an opt-in module)
+    lab: str = ""  # lab: how one emulated host breaks (k3lab.tools.labfaults.BREAK)
+    lab_node: str = ""  # lab: the node whose host breaks
 
     @property
     def kind(self) -> str:
-        return "static" if self.mutate else "live"
+        return "static" if self.mutate else "lab" if self.lab else "live"
 
 
 # ------------------------------------------------------------------------- static mutations
@@ -531,7 +533,19 @@ LIVE = [
           at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
           message="Device 7 Health Status: Alarm"),
 ]
-CATALOG = {f.id: f for f in STATIC + LIVE}
+# On the emulated lab (root): one host broken; the kit's commands end in time, name the node and its host,
+# leave nothing on the hosts that answer, and down RUN finishes once the host is repaired (labfaults).
+_LAB_EXPECT = frozenset({"ends in time", "names node and host", "nothing left on reachable hosts",
+                         "down RUN finishes once repaired"})
+LAB = [
+    Fault("L-LAB-ENGINE-HUNG", "one host's Docker engine hung (SIGSTOP): check <= 300 s + 2 min, down <= 90 s + 2 min",
+          "a3_pd_1m", _LAB_EXPECT, lab="engine-hung", lab_node="d3"),
+    Fault("L-LAB-SSHD-DOWN", "one host's sshd down (ssh:// refused): down <= 90 s + 2 min", "a3_pd_1m", _LAB_EXPECT,
+          lab="sshd-down", lab_node="p1"),
+    Fault("L-LAB-UNREACHABLE", "one host unreachable during teardown (link down, clients connected): "
+          "teardown <= 90 s + 2 min", "a3_pd_1m", _LAB_EXPECT, lab="unreachable", lab_node="d2"),
+]
+CATALOG = {f.id: f for f in STATIC + LIVE + LAB}
 
 
 # ------------------------------------------------------------------------------------ running
@@ -631,7 +645,19 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
                   out.add)
     for f in [f for f in faults if f.kind == "live" and f.at_start]:
         out.add(_row(f, _run_start_fault(f)))
+    _run_lab(faults, out.add)
     return out.rows
+
+
+def _run_lab(faults: list[Fault], add: Callable[[dict], None]) -> None:
+    """The rows on the emulated lab (k3lab.tools.labfaults), with the wall time of each step."""
+    faults = [f for f in faults if f.kind == "lab"]
+    if not faults:
+        return
+    from k3lab.tools import labfaults
+
+    for f, observed, detail in labfaults.run_rows(faults):
+        add({**_row(f, observed), **detail})
 
 
 def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:

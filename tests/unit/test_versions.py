@@ -62,9 +62,10 @@ class _Backend:
         assert cmd[:2] == ["bash", "-c"] and "importlib" in cmd[2]
         return CommandResult(" ".join(cmd), 0, self.outputs[node], host=node)
 
-    def parallel(self, fn, nodes):
+    def parallel(self, fn, nodes, deadline=None):
         for n in nodes:
             fn(n)
+        return {}
 
 
 class _Container:
