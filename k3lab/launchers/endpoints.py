@@ -21,6 +21,7 @@ the pair (endpoint, container name), never a container name alone on the local e
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -47,6 +48,9 @@ ANSWER_TIMEOUT_S = float(os.environ.get("K3LAB_ANSWER_TIMEOUT", "20"))
 # One kit-side operation on one host (evidence, versions, attach, status), hosts in parallel.
 HOST_DEADLINE_S = float(os.environ.get("K3LAB_HOST_DEADLINE", "60"))
 T = TypeVar("T")
+# paramiko's transport thread logs a host that vanishes with a traceback (Python's last-resort handler);
+# the kit names the host and the reason itself
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class HostUnreachable(EnvError):
