@@ -20,6 +20,7 @@ from docker.types import IPAMConfig, IPAMPool, Mount
 
 from k3lab import paths
 from k3lab.launchers.endpoints import (
+    HOST_DEADLINE_S,
     LOCAL_ENDPOINT,
     ClientPool,
     CommandResult,
@@ -61,6 +62,9 @@ def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
 
 class Backend:
     target = "abstract"
+    # per-host deadline of the kit-side reads (evidence, versions): a lab's hosts can break one by one;
+    # the sim's one engine is the kit's own (None: as long as it takes)
+    host_deadline: float | None = None
 
     def __init__(self, plan: Plan, run_id: str) -> None:
         self.plan = plan
@@ -284,6 +288,7 @@ class LabBackend(Backend):
     """Real nodes: each node's own Docker endpoint, the documented docker run."""
 
     target = "lab"
+    host_deadline = HOST_DEADLINE_S
 
     def __init__(self, plan: Plan, run_id: str, ssh: SshOptions | None = None) -> None:
         super().__init__(plan, run_id)

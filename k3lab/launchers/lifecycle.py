@@ -539,7 +539,7 @@ def collect(run: Run) -> None:
 
     t = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as pool:  # independent reads; each waits on other nodes
-        per_node = pool.submit(run.backend.parallel, one, run.plan.nodes, HOST_DEADLINE_S)
+        per_node = pool.submit(run.backend.parallel, one, run.plan.nodes, run.backend.host_deadline)
         others = [pool.submit(versions), pool.submit(metrics)]
         for node, why in per_node.result().items():  # a host that did not answer: named, the rest collected
             _log(f"evidence: {why}")
