@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k3lab.conformance import longparse, toolparse
+from k3lab.conformance import longparse, memcache, toolparse
 from k3lab.launchers import metrics, versions
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -51,6 +51,7 @@ READERS = {
     "spod_info": toolparse.spod_info,
     "driver_version": lambda t: _probe("driver", t)["driver"],
     "cann_version": lambda t: _probe("cann", t)["cann"],
+    "memcache_health": lambda t: memcache.health_ok(200, t),
 }
 
 
