@@ -135,10 +135,11 @@ def describe(endpoint: str) -> str:
     return urlparse(endpoint).hostname or endpoint
 
 
-def ping(client: docker.DockerClient, timeout: float = ANSWER_TIMEOUT_S) -> None:
-    """The engine's ``/_ping`` within ``timeout`` (the SDK's ``ping()`` waits the client's whole timeout)."""
+def ping(client: docker.DockerClient, timeout: float | None = None) -> None:
+    """The engine's ``/_ping`` within ``timeout`` (default :data:`ANSWER_TIMEOUT_S`; the SDK's ``ping()``
+    waits the client's whole timeout)."""
     api = client.api
-    api.get(f"{api.base_url}/_ping", timeout=timeout).raise_for_status()
+    api.get(f"{api.base_url}/_ping", timeout=timeout or ANSWER_TIMEOUT_S).raise_for_status()
 
 
 class ClientPool:

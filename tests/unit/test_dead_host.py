@@ -6,6 +6,7 @@ dockerd). The live rows on the emulated lab are L-LAB-* of the fault matrix (k3l
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -163,3 +164,27 @@ def test_a_lab_row_reports_each_miss_under_its_promise():
     got = row.observed()
     assert labfaults.TIMELY not in got and labfaults.NAMED not in got and labfaults.CLEAN in got
     assert "(down: 250 s > 210 s)" in got and any("check: exit 0" in g for g in got)
+
+
+def test_real_sockets_that_never_answer_end_by_the_answer_timeout(monkeypatch, capsys):
+    """A listening socket that accepts and never answers is what a SIGSTOPped dockerd (tcp://) and a hung
+    sshd (ssh://, no banner) look like; a closed port is a stopped sshd. The kit's own timeouts end each."""
+    monkeypatch.setattr(endpoints, "ANSWER_TIMEOUT_S", 1.0)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshakes; nobody ever reads
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: refused
+    eps = {"d3": f"tcp://127.0.0.1:{silent.getsockname()[1]}", "p1": f"ssh://root@127.0.0.1:{silent.getsockname()[1]}",
+           "p2": f"ssh://root@127.0.0.1:{closed.getsockname()[1]}"}
+    pool = ClientPool()
+    t = time.monotonic()
+    try:
+        removed, left = backends.teardown(pool, "r1", eps, deadline=20)
+    finally:
+        silent.close()
+        closed.close()
+    assert time.monotonic() - t < 10, "a silent socket held the teardown past its timeouts"
+    assert removed == [] and left == eps and set(pool.unreachable) == set(eps.values())
+    err = capsys.readouterr().err
+    assert all(f"{n} (127.0.0.1)" in err for n in eps) and "Traceback" not in err
