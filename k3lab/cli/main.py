@@ -357,9 +357,14 @@ def _add_baseline(sub) -> None:
 
 
 def _add_policy(sub) -> None:
-    p = sub.add_parser("policy", help="gate policy: validate a file (--check) or print its JSON Schema (--schema)")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 with the field named if it is invalid")
+    p = sub.add_parser("policy", help="gate policy: write a commented example (init --out FILE), validate a file "
+                       "(--check) or print its JSON Schema (--schema)")
+    p.add_argument("action", nargs="?", choices=["init"], help="init: write a commented example policy to --out")
+    p.add_argument("--out", metavar="FILE", help="init: the policy file to write (refused if it exists)")
+    p.add_argument("--force", action="store_true", help="init: overwrite an existing --out file")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 naming the field, FILE:LINE and the "
+                   "closest known key or value")
     g.add_argument("--schema", action="store_true", help="print the policy JSON Schema")
     formats.add(p)
     p.set_defaults(fn=lazy("k3lab.model.policy", "cmd_policy"))

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from k3lab.errors import InputError
+from k3lab.model import validation
 from k3lab.model.accept import AcceptedFinding
 
 Role = Literal["mixed", "prefill", "decode", "metaservice"]
@@ -341,52 +342,27 @@ class Inventory(_Strict):
 
 # -------------------------------------------------------------------------------- messages
 
-_SECTIONS: dict[str, type[BaseModel]] = {"nodes": Node, "ports": Ports, "paths": Paths, "sim": Sim, "lab": Lab,
-                                          "accept": AcceptedFinding}
+def _say(err: Mapping[str, Any]) -> str | None:
+    """The inventory's own wording (ports), else validation.message."""
+    if err["type"] in ("less_than_equal", "greater_than_equal") and err["loc"] and err["loc"][0] == "ports":
+        return f"port {err.get('input')} is out of range 1..65535"
+    return None
 
 
-def _model_at(loc: tuple) -> type[BaseModel]:
-    return _SECTIONS.get(str(loc[0]), Inventory) if len(loc) > 1 else Inventory
-
-
-def _message(err: Mapping[str, Any]) -> str:
-    loc, value, kind = err["loc"], err.get("input"), err["type"]
-    if kind == "extra_forbidden":
-        fields = list(_model_at(loc).model_fields)
-        close = _close(str(loc[-1]), fields, n=1, cutoff=0.5)
-        return f"unknown key{f'; did you mean {close[0]!r}?' if close else ''} (known: {', '.join(fields)})"
-    if isinstance(value, bool) and kind in ("int_type", "string_type", "float_type"):
-        want = "a number" if kind != "string_type" else "text"
-        return f"expected {want}, got the boolean {str(value).lower()} (YAML reads true/false/yes/no/on/off as " \
-               f"booleans; {'quote it' if kind == 'string_type' else 'write the number'})"
-    if kind in ("int_type", "int_from_float") and isinstance(value, (float, str)):
-        return f"expected a whole number, got {value!r}"
-    if kind in ("less_than_equal", "greater_than_equal") and loc and loc[0] == "ports":
-        return f"port {value} is out of range 1..65535"
-    if kind == "missing":
-        return "required key is missing"
-    return err["msg"].removeprefix("Value error, ")
-
-
-def _format_error(exc: ValidationError, data: object, source: str, lines=None) -> str:
-    out = []
-    for err in exc.errors():
-        loc = err["loc"]
-        where = []
+def _node_name(data: object) -> Callable[[tuple], list[str]]:
+    def where(loc: tuple) -> list[str]:
         if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int) and isinstance(data, dict):
             nodes = data.get("nodes")
             if isinstance(nodes, list) and loc[1] < len(nodes) and isinstance(nodes[loc[1]], dict):
                 name = nodes[loc[1]].get("name")
                 if isinstance(name, str):
-                    where.append(f"node {name!r}")
-        line = lines.line(data, loc) if lines is not None else None
-        if line is not None:
-            where.append(f"{source}:{line}")
-        field = ".".join(str(p) for p in loc)
-        suffix = f" ({', '.join(where)})" if where else ""
-        msg = _message(err)
-        out.append(f"{field}{suffix}: {msg}" if field else msg)  # whole-inventory errors already name their field
-    return "\n".join(out)
+                    return [f"node {name!r}"]
+        return []
+    return where
+
+
+def _format_error(exc: ValidationError, data: object, source: str, lines=None) -> str:
+    return validation.describe(exc, data, source, Inventory, lines, where=_node_name(data), say=_say)
 
 
 def parse(data: object, source: str = "inventory", lines=None) -> Inventory:

@@ -45,12 +45,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import catalog
+from k3lab.model import catalog, validation
 from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
@@ -208,44 +207,29 @@ class Effective:
 # --------------------------------------------------------------------------------------- loading
 
 
-class _NoDupLoader(yaml.CSafeLoader):
-    """libyaml's safe loader that refuses duplicate mapping keys (PyYAML keeps the last silently)."""
-
-
-def _mapping(loader: _NoDupLoader, node: yaml.MappingNode) -> dict:
-    out: dict = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, (str, int, float, bool)) and key is not None:
-            raise yaml.constructor.ConstructorError(None, None, "mapping keys must be scalars", key_node.start_mark)
-        if key in out:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        out[key] = loader.construct_object(value_node, deep=True)
-    return out
-
-
-_NoDupLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
-def _field(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
 def parse(text: str | bytes, source: str = "<policy>") -> Policy:
-    doc = _load_yaml(_decode(text, source), source)
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise PolicyError(f"{source}: a policy is a mapping (schema, defaults, scenarios), not {type(doc).__name__}")
+    """A policy from YAML text, read as inventories are (k3lab.model.safeyaml: no aliases, no duplicate
+    keys, bounded nesting) and its errors told as theirs (field, FILE:LINE, did-you-mean)."""
+    from k3lab.model import safeyaml
+
     try:
-        return Policy.model_validate(doc)
+        data, lines = safeyaml.loads(_decode(text, source), source, max_depth=MAX_DEPTH)
+    except PolicyError:
+        raise
+    except InputError as exc:
+        raise PolicyError(str(exc)) from None
+    return _validate(data, source, lines)
+
+
+def _validate(data: object, source: str, lines=None) -> Policy:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: a policy is a mapping (schema, defaults, scenarios), not {type(data).__name__}")
+    try:
+        return Policy.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{_field(e['loc'])}: {e['msg']}" + (f" (got {e['input']!r:.60})" if e["type"] != "missing" else "")
-                 for e in exc.errors()[:10]]
-        raise PolicyError(f"{source}: invalid policy:\n  " + "\n  ".join(lines)) from None
+        raise PolicyError(f"{source}: invalid policy\n" + validation.describe(exc, data, source, Policy, lines)) from None
 
 
 def _decode(text: str | bytes, source: str) -> str:
@@ -259,58 +243,49 @@ def _decode(text: str | bytes, source: str) -> str:
         raise PolicyError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _load_yaml(text: str, source: str) -> Any:
-    """Parse after the token checks (no anchors, bounded depth), so hostile YAML fails before it is built."""
-    try:
-        _check_tokens(text, source)
-        return yaml.load(text, Loader=_NoDupLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise PolicyError(f"{source}: {where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
-
-
-def _check_tokens(text: str, source: str) -> None:
-    depth = 0
-    for tok in yaml.scan(text, Loader=yaml.CSafeLoader):
-        if isinstance(tok, (yaml.AnchorToken, yaml.AliasToken)):
-            raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: YAML anchors and aliases are not "
-                              "allowed in a policy (write the values out)")
-        if isinstance(tok, (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
-                            yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise PolicyError(f"{source}: line {tok.start_mark.line + 1}: nested deeper than {MAX_DEPTH}")
-        elif isinstance(tok, (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)):
-            depth -= 1
-
-
 def load(path: str | Path | None = None) -> Policy:
+    from k3lab.model import safeyaml
+
     path = Path(path) if path else DEFAULT_PATH
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise PolicyError(f"{path}: {path.stat().st_size} bytes, over the {MAX_BYTES}-byte limit for a policy file")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read the policy: {exc.strerror or exc}") from None
-    return parse(raw, str(path))
+        data, lines = safeyaml.load(path, "policy", MAX_BYTES)
+    except InputError as exc:
+        raise PolicyError(str(exc)) from None
+    return _validate(data, str(path), lines)
 
 
 def schema() -> dict[str, Any]:
     return Policy.model_json_schema(by_alias=True)
 
 
+EXAMPLE_PATH = paths.POLICIES / "example.yaml"
+
+
 def cmd_policy(args) -> int:
-    """``k3lab policy --check FILE`` / ``--schema``."""
+    """``k3lab policy init --out FILE`` / ``--check FILE`` / ``--schema``."""
     import json
 
-    from k3lab import formats
+    from k3lab import formats, outputs
+    from k3lab.errors import UsageError
 
+    given = [name for name, on in (("init", args.action == "init"), ("--check", args.check),
+                                   ("--schema", args.schema)) if on]
+    if len(given) != 1:
+        raise UsageError("k3lab policy: give one of init --out FILE, --check FILE, --schema"
+                         + (f" (got {' and '.join(given)})" if given else ""))
+    if args.action == "init":
+        if not args.out:
+            raise UsageError("k3lab policy init: give --out FILE (the policy file to write)")
+        path = outputs.check_file(args.out, args.force, what="policy file")
+        text = EXAMPLE_PATH.read_text()
+        parse(text, "the example policy")  # never write an invalid file
+        outputs.write_file(path, text)
+        print(f"wrote {path}: a commented gate policy; edit it, then k3lab policy --check {path}")
+        return 0
     if args.schema:
         formats.emit(args, schema(), lambda doc: print(json.dumps(doc, indent=2)))
         return 0
-    pol = load(args.check)  # a PolicyError exits 2 with the file and field named
+    pol = load(args.check)  # a PolicyError exits 2 with the file, line and field named
     doc = {"file": str(args.check), "valid": True, "schema": pol.schema_, "scenarios": sorted(pol.scenarios)}
     formats.emit(args, doc, lambda d: print(f"{d['file']}: valid policy (schema {d['schema']}, "
                                             f"{len(d['scenarios'])} scenario section(s))"))

@@ -41,11 +41,18 @@ scenarios:
     ("defaults: {must: blok}\n", "defaults.must", "'block', 'warn' or 'ignore'"),
     ("defaults: {perf: {threshold: 3}}\n", "defaults.perf.threshold", "less than or equal to 1"),
     ("defaults: {accuracy: {tolerance: -1}}\n", "defaults.accuracy.tolerance", "greater than or equal to 0"),
-    ("defaults: {colour: red}\n", "defaults.colour", "Extra inputs are not permitted"),
-    ("defaults: {versions: [{component: cuda}]}\n", "defaults.versions[0].component", "Input should be"),
-    ("defaults: {not_applicable: [{reason: '(unclosed'}]}\n", "defaults.not_applicable[0].reason",
+    ("defaults: {colour: red}\n", "defaults.colour (p.yaml:1)", "unknown key (known: must,"),
+    ("defaults: {acepted_findings: []}\n", "defaults.acepted_findings", "did you mean 'accepted_findings'?"),
+    ("defaults: {versions: [{component: cuda}]}\n", "defaults.versions.0.component", "did you mean 'cann'?"),
+    ("defaults:\n  must: blok\n", "defaults.must (p.yaml:2)", "did you mean 'block'?"),
+    ("scenarios:\n  a3_pd:\n    perf: {treshold: 0.9}\n", "scenarios.a3_pd.perf.treshold (p.yaml:3)",
+     "did you mean 'threshold'?"),
+    ("defaults: {not_applicable: [{reason: '(unclosed'}]}\n", "defaults.not_applicable.0.reason",
      "not a regular expression"),
-    ("defaults: {accepted_deviations: [{id: sim-x}]}\n", "defaults.accepted_deviations[0].reason", "Field required"),
+    ("defaults: {accepted_deviations: [{id: sim-x}]}\n", "defaults.accepted_deviations.0.reason",
+     "required key is missing"),
+    ("defaults: {accepted_findings: [{check: PF-X, reason: ' '}]}\n", "defaults.accepted_findings.0.reason",
+     "a reason is mandatory"),
 ])
 def test_invalid_fields_are_named(text, field, hint):
     with pytest.raises(PolicyError) as exc:
@@ -55,13 +62,13 @@ def test_invalid_fields_are_named(text, field, hint):
 
 
 @pytest.mark.parametrize("data, hint", [
-    (b"a: &x [1]\nb: *x\n", "anchors and aliases are not allowed"),
+    (b"a: &x [1]\nb: *x\n", "YAML aliases (*name) are not accepted"),
     (b"defaults: {}\ndefaults: {}\n", "duplicate key 'defaults'"),
     (b"- 1\n- 2\n", "a policy is a mapping"),
     (b"defaults: {must: [\n", "not valid YAML"),
     (b"\xff\xfe\x00garbage", "not UTF-8"),
     (b"x: !!python/object:os.system ls\n", "not valid YAML"),
-    (b"a: " + b"[" * 60 + b"]" * 60 + b"\n", "nested deeper than"),
+    (b"a: " + b"[" * 60 + b"]" * 60 + b"\n", "nested more than 20 levels deep"),
     (b"# pad\n" * 50000, "byte limit"),
 ])
 def test_hostile_files_give_clear_errors(data, hint):
@@ -71,11 +78,11 @@ def test_hostile_files_give_clear_errors(data, hint):
 
 
 def test_missing_and_oversized_files(tmp_path):
-    with pytest.raises(PolicyError, match="cannot read the policy"):
+    with pytest.raises(PolicyError, match="no such policy file"):
         policy.load(tmp_path / "nope.yaml")
     big = tmp_path / "big.yaml"
     big.write_bytes(b" " * (policy.MAX_BYTES + 1))
-    with pytest.raises(PolicyError, match="byte limit"):
+    with pytest.raises(PolicyError, match="the limit is 262144 bytes"):
         policy.load(big)
 
 
@@ -100,3 +107,20 @@ def test_policy_command_exit_codes(tmp_path, capsys):
     assert "defaults.must" in err and "Traceback" not in err
     assert main(["release", "--static-only", "--policy", str(bad)]) == 2
     assert main(["policy", "--schema"]) == 0 and '"ScenarioPolicy"' in capsys.readouterr().out
+
+
+def test_policy_init_writes_a_commented_valid_example(tmp_path, capsys):
+    from k3lab.cli import main as cli
+
+    out = tmp_path / "lab-policy.yaml"
+    assert cli.main(["policy", "init", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# A lab gate policy") and text.count("#") > 20  # commented, key by key
+    assert cli.main(["policy", "--check", str(out)]) == 0
+    assert cli.main(["policy", "init", "--out", str(out)]) == 2  # never overwritten without --force
+    assert cli.main(["policy"]) == 2 and cli.main(["policy", "init"]) == 2
+    out.write_text(text.replace("    perf: block ", "    perf: blok "))
+    capsys.readouterr()
+    assert cli.main(["policy", "--check", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"defaults.areas.perf ({out}:15): " in err and "did you mean 'block'?" in err and "Traceback" not in err
