@@ -26,10 +26,15 @@ def _child(tp: Any, part: object) -> Any:
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         field = next((f for name, f in tp.model_fields.items() if part in (name, f.alias)), None)
         return field.annotation if field is not None else None
-    if origin in (list, tuple, set) and isinstance(part, int):
-        return get_args(tp)[0] if get_args(tp) else None
-    if origin is dict:
-        return get_args(tp)[1] if len(get_args(tp)) == 2 else None
+    return _item(origin, get_args(tp), part)
+
+
+def _item(origin: Any, args: tuple, part: object) -> Any:
+    """The annotation of an element of a list (by index) or of a dict (by key)."""
+    if origin in (list, tuple, set) and isinstance(part, int) and args:
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
     return None
 
 
