@@ -1,0 +1,130 @@
+"""The catalogue of known failure modes (``catalogue.yaml`` beside this module), validated and compiled.
+
+Each cause has signatures (regular expressions over one log line, each with the component version range
+it holds for), optional container exit codes and conformance check ids, an explanation, a remedy and its
+sources. The YAML is data: adding a cause needs no code, only a real, sourced excerpt under
+``tests/fixtures/failure_logs/<id>/`` that its signatures match.
+"""
+from __future__ import annotations
+
+import re
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from k3lab.errors import InputError
+
+CATALOGUE = Path(__file__).with_name("catalogue.yaml")
+# "<package> <PEP 440 specifiers>": the component a signature's wording belongs to, and its releases
+_VERSIONS = re.compile(r"(?P<package>[A-Za-z][\w.-]*)\s+(?P<spec>[<>=!~][^\s]*)")
+
+
+class Signature(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pattern: str = Field(min_length=4)
+    ignorecase: bool = False
+    versions: str = ""  # e.g. "vllm >=0.8": the releases that print this line
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v.encode())
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if re.compile(v.encode()).match(b""):
+            raise ValueError("matches an empty line")
+        return v
+
+    @field_validator("versions")
+    @classmethod
+    def _range(cls, v: str) -> str:
+        if v and not _VERSIONS.fullmatch(v.strip()):
+            raise ValueError("must read '<package> <specifiers>', e.g. 'vllm >=0.8,<0.11'")
+        return v
+
+    @cached_property
+    def regex(self) -> re.Pattern[bytes]:
+        # bytes: logs are read as bytes (no decoding of 100 MB), and a leading literal keeps the scan fast
+        return re.compile(self.pattern.encode(), re.IGNORECASE if self.ignorecase else 0)
+
+    def holds_for(self, versions: dict[str, str]) -> bool:
+        """False only when the run's version of the signature's component is known and outside its range."""
+        m = _VERSIONS.fullmatch(self.versions.strip()) if self.versions else None
+        if not m:
+            return True
+        have = _version_of(versions, m["package"])
+        if have is None:
+            return True
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return Version(have) in SpecifierSet(m["spec"])
+        except (InvalidVersion, InvalidSpecifier):
+            return True  # an unparseable version says nothing against the signature
+
+
+def _version_of(versions: dict[str, str], package: str) -> str | None:
+    want = package.lower().replace("-", "_")
+    for key, value in versions.items():
+        if key.lower().replace("-", "_") == want and value:
+            return str(value).split("+")[0].strip()
+    return None
+
+
+class Cause(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    component: str
+    title: str
+    # a cause found anywhere ranks above every symptom (timeouts, dead engines that follow from it)
+    tier: Literal["cause", "symptom"]
+    weight: int = Field(ge=0, le=100)
+    signatures: list[Signature] = Field(min_length=1)
+    exit_codes: list[int] = Field(default_factory=list)  # a container's exit code that points here
+    checks: list[str] = Field(default_factory=list)  # fnmatch patterns over failing conformance check ids
+    explanation: str
+    remedy: str
+    sources: list[str] = Field(min_length=1)
+
+
+class Catalogue(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1]
+    causes: list[Cause] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Catalogue:
+        seen: set[str] = set()
+        for c in self.causes:
+            if c.id in seen:
+                raise ValueError(f"cause {c.id} appears twice")
+            seen.add(c.id)
+        return self
+
+    def get(self, cause_id: str) -> Cause:
+        return next(c for c in self.causes if c.id == cause_id)
+
+    @property
+    def ids(self) -> list[str]:
+        return [c.id for c in self.causes]
+
+
+@lru_cache(maxsize=4)
+def load(path: Path = CATALOGUE) -> Catalogue:
+    """The catalogue, validated; a broken file is an InputError naming the file and the field."""
+    from k3lab.model import safeyaml
+
+    data, _ = safeyaml.load(path, "failure catalogue")
+    try:
+        return Catalogue.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise InputError(f"{path}: field {where}: {err['msg']}") from None

@@ -1,0 +1,280 @@
+"""From the logs and artefacts of a run to its most likely causes, each with evidence, remedy and source.
+
+Every catalogued signature is searched in every log file (bytes, one scan per signature); container exit
+codes (``inspect.json``) and failing conformance checks count too. Findings rank as the Ascend cluster
+tools locate a fault: a cause the logs state (out of memory, a port taken, a missing file) ranks above
+the symptoms that follow it (link and collective timeouts, dead engines), and among equals the one seen
+first, by the lines' own timestamps, wins. The node of that first line is the root-cause node; nodes
+that failed later are listed, not blamed.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from k3lab.diagnosis import catalogue as _catalogue
+from k3lab.diagnosis.catalogue import Catalogue, Cause
+from k3lab.diagnosis.logs import NO_NODE, Layout, LogFile, check_dir, collect
+
+GATE_FAILURE = "gate-failure.json"  # written by the bring-up when a readiness gate fails
+MAX_MATCHES = 2000  # per signature and file: a log repeating one error a million times is counted that far
+KEEP = 5  # evidence lines kept per cause
+LINE_CHARS = 400
+_DAY = 86400.0
+
+# Timestamps as the components print them; each gives month, day, hour, minute, second (+ fraction).
+# Years are dropped: lines of one run compare within a year, and most formats carry none.
+_TIMES = [
+    re.compile(rb"\d{4}-(\d\d)-(\d\d)-(\d\d):(\d\d):(\d\d)(?:\.(\d+))?"),  # CANN plog 2026-05-21-21:39:58.705.534
+    re.compile(rb"\d{4}-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"),  # ISO, MemCache, newer vllm-ascend
+    re.compile(rb"\b[IWEF]\d{4}(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?"),  # glog E20260106 06:43:02.966156
+    re.compile(rb"\b[IWEF](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?"),  # glog E1210 / torch [W806 22:23:09.97
+    re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)"),  # vLLM INFO 06-08 14:45:44
+]
+
+
+def _seconds(m: re.Match[bytes]) -> float | None:
+    g = m.groups()
+    mo, d, h, mi, s = (int(x) for x in g[:5])
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
+        return None
+    frac = float(b"0." + g[5]) if len(g) > 5 and g[5] else 0.0
+    return ((mo - 1) * 31 + d - 1) * _DAY + h * 3600 + mi * 60 + s + frac
+
+
+def line_time(text: bytes) -> float | None:
+    """Seconds into the year of the first timestamp in ``text``, or None."""
+    best: tuple[int, float] | None = None
+    for rx in _TIMES:
+        m = rx.search(text)
+        if m and (t := _seconds(m)) is not None and (best is None or m.start() < best[0]):
+            best = (m.start(), t)
+    return best[1] if best else None
+
+
+def _time_before(data: bytes, start: int, window: int = 8192) -> float | None:
+    """The last timestamp in the lines before ``start``: a traceback's lines carry none of their own."""
+    chunk = data[max(0, start - window):start]
+    best: tuple[int, float] | None = None
+    for rx in _TIMES:
+        for m in rx.finditer(chunk):
+            if (t := _seconds(m)) is not None and (best is None or m.start() > best[0]):
+                best = (m.start(), t)
+    return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    node: str
+    file: str
+    line: int  # 1-based in what was read (0: not a line of a log, e.g. a container's exit code)
+    text: str
+    when: float | None = None
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+@dataclass
+class Finding:
+    cause: Cause
+    evidence: list[Evidence] = field(default_factory=list)  # earliest first, at most KEEP
+    count: int = 0
+    nodes: list[str] = field(default_factory=list)  # root-cause node first
+
+    @property
+    def node(self) -> str | None:
+        return self.nodes[0] if self.nodes else None
+
+    @property
+    def first(self) -> float | None:
+        times = [e.when for e in self.evidence if e.when is not None]
+        return min(times) if times else None
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.cause
+        return {"id": c.id, "title": c.title, "component": c.component, "tier": c.tier, "node": self.node,
+                "nodes": self.nodes, "count": self.count, "explanation": c.explanation, "remedy": c.remedy,
+                "sources": c.sources,
+                "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text} for e in self.evidence]}
+
+
+@dataclass
+class Diagnosis:
+    root: Path
+    kind: str
+    findings: list[Finding]
+    looked: list[tuple[str, str, int]]  # (node, file, bytes) of every file read
+    nodes: list[str]
+    notes: list[str] = field(default_factory=list)
+    gate: dict[str, Any] | None = None  # the failed readiness gate, when the bring-up stopped at one
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dir": str(self.root), "kind": self.kind, "nodes": self.nodes, "gate": self.gate,
+                "findings": [f.as_dict() for f in self.findings],
+                "looked": [{"node": n, "file": f, "bytes": b} for n, f, b in self.looked], "notes": self.notes}
+
+
+# ------------------------------------------------------------------------------------------ matching
+
+
+@dataclass
+class _Hits:
+    count: int = 0
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+def _line_at(data: bytes, pos: int) -> tuple[int, int]:
+    start = data.rfind(b"\n", 0, pos) + 1
+    end = data.find(b"\n", pos)
+    return start, len(data) if end < 0 else end
+
+
+def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
+    """Evidence for the first KEEP distinct lines among ``positions`` (sorted), line numbers counted once."""
+    out: list[Evidence] = []
+    line, last, seen = 1, 0, set()
+    for pos in positions:
+        start, end = _line_at(f.data, pos)
+        if start in seen:
+            continue
+        seen.add(start)
+        line += f.data.count(b"\n", last, start)
+        last = start
+        raw = f.data[start:end]
+        when = line_time(raw)
+        if when is None:
+            when = _time_before(f.data, start)
+        text = raw.decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
+        out.append(Evidence(f.node, f.rel, line, text, when))
+        if len(out) >= KEEP:
+            break
+    return out
+
+
+def _scan(f: LogFile, cause: Cause, versions: dict[str, str]) -> _Hits | None:
+    positions: list[int] = []
+    count = 0
+    for sig in cause.signatures:
+        if not sig.holds_for(versions):
+            continue
+        for n, m in enumerate(sig.regex.finditer(f.data)):
+            if n >= MAX_MATCHES:
+                break
+            count += 1
+            if len(positions) < 4 * KEEP:
+                positions.append(m.start())
+    if not count:
+        return None
+    return _Hits(count, _evidence(f, sorted(set(positions))))
+
+
+def _iso_seconds(value: object) -> float | None:
+    try:
+        t = _dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")[:26])
+    except ValueError:
+        return None
+    return ((t.month - 1) * 31 + t.day - 1) * _DAY + t.hour * 3600 + t.minute * 60 + t.second
+
+
+def _exit_hits(layout: Layout, cause: Cause) -> list[_Hits]:
+    out = []
+    for node, doc in layout.inspect.items():
+        state = doc.get("State")
+        st: dict[str, Any] = state if isinstance(state, dict) else {}
+        code = st.get("ExitCode")
+        if isinstance(code, int) and code in cause.exit_codes and st.get("Status") in ("exited", "dead"):
+            ev = Evidence(node, f"evidence/{node}/inspect.json", 0, f"container exited with code {code}",
+                          _iso_seconds(st.get("FinishedAt")))
+            out.append(_Hits(1, [ev]))
+    return out
+
+
+def _check_hits(rows: list[dict[str, Any]], cause: Cause) -> list[_Hits]:
+    out = []
+    for row in rows:
+        name = str(row.get("id") or row.get("nodeid", "")).rsplit("::", 1)[-1]
+        if any(fnmatch.fnmatchcase(name, pat) for pat in cause.checks):
+            text = f"check {name} failed: {str(row.get('message', ''))[:LINE_CHARS]}"
+            out.append(_Hits(1, [Evidence(str(row.get("node") or NO_NODE), "conformance-results.json", 0, text)]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ ranking
+
+
+def _node_rank(nodes: list[str], gate: dict[str, Any] | None):
+    order = {n: i for i, n in enumerate(nodes)}
+    gate_node = (gate or {}).get("node")
+
+    def rank(e: Evidence) -> tuple[float, int, int]:
+        # earliest line first; without times, the node a gate failed on, then the plan's order
+        return (e.when if e.when is not None else math.inf, 0 if e.node == gate_node else 1,
+                order.get(e.node, len(order)))
+    return rank
+
+
+def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
+    evidence = sorted((e for h in hits for e in h.evidence), key=rank)
+    nodes = list(dict.fromkeys(e.node for e in evidence))
+    return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes)
+
+
+def _order(f: Finding) -> tuple[int, float, int, str]:
+    first = f.first
+    return (0 if f.cause.tier == "cause" else 1, first if first is not None else math.inf, -f.cause.weight, f.cause.id)
+
+
+def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:
+    """Failing rows and versions of the suite's results, when the directory has them."""
+    path = root / "conformance-results.json"
+    if not path.is_file():
+        return [], {}, []
+    from k3lab.errors import InputError
+    from k3lab.model import runs
+
+    try:
+        res = runs.results(root)
+    except InputError as exc:
+        return [], {}, [str(exc)]
+    rows = [r.model_dump() for r in res.tests if r.outcome in ("failed", "error")]
+    return rows, dict(res.versions), []
+
+
+def _gate(root: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((root / GATE_FAILURE).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str, str] | None = None) -> Diagnosis:
+    """Diagnose a run directory or a folder of hand-collected logs (InputError when it is neither)."""
+    root = check_dir(path)
+    cat = cat or _catalogue.load()
+    layout = collect(root)
+    rows, found_versions, problems = _results(root)
+    versions = {**found_versions, **(versions or {})}
+    gate = _gate(root)
+    rank = _node_rank(layout.nodes, gate)
+    findings = []
+    for cause in cat.causes:
+        hits = [h for f in layout.files if (h := _scan(f, cause, versions))]
+        hits += _exit_hits(layout, cause) if cause.exit_codes else []
+        hits += _check_hits(rows, cause) if cause.checks else []
+        if hits:
+            findings.append(_finding(cause, hits, rank))
+    findings.sort(key=_order)
+    looked = [(f.node, f.rel, f.size) for f in layout.files]
+    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems, gate)
