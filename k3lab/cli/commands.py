@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 from k3lab import formats
-from k3lab.errors import ENVIRONMENT, EnvError, UsageError
+from k3lab.errors import CHECKS_FAILED, ENVIRONMENT, EnvError, UsageError
 from k3lab.launchers import suite
 from k3lab.launchers.backends import LABEL, teardown
 from k3lab.launchers.endpoints import (
@@ -24,6 +26,7 @@ from k3lab.launchers.endpoints import (
 )
 from k3lab.launchers.lifecycle import (
     RUNS,
+    GateFailed,
     Interrupted,
     Run,
     _log,
@@ -51,20 +54,51 @@ def _suite(run: Run, args: argparse.Namespace) -> int:
         code = 130
     finally:
         collect(run)
-        try:
-            from k3lab.reports.runreports import rebuild
-
-            reports = rebuild(run.dir)
-            _log("reports: " + ", ".join(str(p) for p in reports.values()))
-        except Exception as exc:  # a report problem must never block teardown
-            _log(f"reports failed: {exc!r}")
+        _write_reports(run.dir)
     return code
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+def print_diagnosis(run_dir: Path | None) -> None:
+    """The failed run's likely cause, node and remedy as the terminal's last lines (k3lab.diagnosis)."""
+    if run_dir is None:
+        return
+    from k3lab.diagnosis.engine import diagnose
+    from k3lab.diagnosis.triage import text
+
+    try:
+        lines = text(diagnose(run_dir))
+    except Exception as exc:  # noqa: BLE001 - a diagnosis problem must never hide the failure itself
+        lines = [f"diagnosis: not made ({exc!r}); k3lab triage {run_dir} retries it"]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _bring_up(args: argparse.Namespace, **kw) -> Run:
+    """``up``; a failed readiness gate is reported with its reports and diagnosis, then exit 1."""
     from k3lab.model.select import _kv
 
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull, strict=args.strict)
+    try:
+        return up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull,
+                  strict=args.strict, **kw)
+    except GateFailed as exc:
+        if exc.run_dir is not None:
+            _write_reports(exc.run_dir)
+        print(f"k3lab: {exc}", file=sys.stderr, flush=True)
+        print_diagnosis(exc.run_dir)
+        raise SystemExit(CHECKS_FAILED) from None
+
+
+def _write_reports(run_dir: Path) -> None:
+    try:
+        from k3lab.reports.runreports import rebuild
+
+        reports = rebuild(run_dir)
+        _log("reports: " + ", ".join(str(p) for p in reports.values()))
+    except Exception as exc:  # a report problem must never block teardown
+        _log(f"reports failed: {exc!r}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    run = _bring_up(args)
     if not args.keep:
         collect(run)
         down(run)
@@ -74,11 +108,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_cycle(args: argparse.Namespace) -> int:
     """up, conformance suite, down; exit status is the suite's."""
-    from k3lab.model.select import _kv
-
     fault = _fault(args)
-    run = up(args.scenario, args.inventory, _kv(args.option), args.target, pull=args.pull,
-             sim_faults=fault.at_start if fault else None, strict=args.strict)
+    run = _bring_up(args, sim_faults=fault.at_start if fault else None)
     code = 1
     try:
         if fault and fault.running:
@@ -94,6 +125,8 @@ def cmd_cycle(args: argparse.Namespace) -> int:
         else:
             run.save("up")
     _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
+    if code not in (0, 130):
+        print_diagnosis(run.dir)
     return code
 
 
@@ -107,6 +140,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     code = _suite(run, args)
     run.save("attached")
     _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
+    if code not in (0, 130):
+        print_diagnosis(run.dir)
     return code
 
 

@@ -346,6 +346,18 @@ def _add_compare(sub) -> None:
     p.set_defaults(fn=lazy("k3lab.tools.compare", "cmd_compare"))
 
 
+def _add_triage(sub) -> None:
+    p = sub.add_parser("triage", help="diagnose a failed run: its likely cause, node, evidence and remedy (no Docker)",
+                       description="Diagnose a run directory or a folder of logs collected by hand (one folder per "
+                                   "node) against the catalogue of known failure modes (k3lab/diagnosis/catalogue.yaml).",
+                       epilog="exit codes: 0 no known cause matched, 1 a diagnosis, 2 bad input (missing, not a "
+                              "directory, unreadable)")
+    p.add_argument("dir", metavar="DIR", help="run directory (runs/<id>) or folder of logs, one folder per node")
+    p.add_argument("--json", action="store_true", help="the whole diagnosis as JSON")
+    p.add_argument("--all", action="store_true", help="every cause that matched, not only the first three")
+    p.set_defaults(fn=lazy("k3lab.diagnosis.triage", "cmd_triage"))
+
+
 def _add_baseline(sub) -> None:
     p = sub.add_parser("baseline", help="perf baselines: record one from a run's vllm bench serve result")
     p.add_argument("action", choices=["record"], help="record: write a baseline with its provenance")
@@ -394,7 +406,7 @@ def _add_completion(sub) -> None:
 
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
             _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
-            _add_policy, _add_report, _add_completion]
+            _add_policy, _add_report, _add_completion, _add_triage]
 _BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
 
 

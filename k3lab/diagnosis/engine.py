@@ -21,8 +21,8 @@ from typing import Any
 from k3lab.diagnosis import catalogue as _catalogue
 from k3lab.diagnosis.catalogue import Catalogue, Cause
 from k3lab.diagnosis.logs import NO_NODE, Layout, LogFile, check_dir, collect
+from k3lab.model import runs
 
-GATE_FAILURE = "gate-failure.json"  # written by the bring-up when a readiness gate fails
 MAX_MATCHES = 2000  # per signature and file: a log repeating one error a million times is counted that far
 KEEP = 5  # evidence lines kept per cause
 LINE_CHARS = 400
@@ -241,7 +241,6 @@ def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str
     if not path.is_file():
         return [], {}, []
     from k3lab.errors import InputError
-    from k3lab.model import runs
 
     try:
         res = runs.results(root)
@@ -253,7 +252,7 @@ def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str
 
 def _gate(root: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads((root / GATE_FAILURE).read_text())
+        doc = json.loads((root / runs.GATE_FAILURE).read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None

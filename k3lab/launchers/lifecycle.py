@@ -47,6 +47,14 @@ class GateFailed(ChecksFailed, RuntimeError):
                  log_tail: str = "") -> None:
         super().__init__(message)
         self.stage, self.node, self.process, self.log_tail = stage, node, process, log_tail
+        self.run_dir: Path | None = None  # set by up() once the evidence is collected
+
+    def record(self, run_dir: Path) -> None:
+        """gate-failure.json in the run directory: the diagnosis (k3lab.diagnosis) reads where it stopped."""
+        self.run_dir = run_dir
+        doc = {"stage": self.stage, "node": self.node, "process": self.process,
+               "message": str(self).splitlines()[0] if str(self) else "", "log_tail": self.log_tail}
+        (run_dir / runs.GATE_FAILURE).write_text(apikey.redact(json.dumps(doc, indent=2)))
 
 
 class Interrupted(BaseException):
@@ -372,6 +380,8 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         progress.stop()
         collect(run)
         run.save("failed")
+        if isinstance(exc, GateFailed):
+            exc.record(run.dir)
         if not keep_on_failure:
             down(run)
         if isinstance(exc, (KeyboardInterrupt, Interrupted)):

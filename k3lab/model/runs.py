@@ -20,6 +20,7 @@ from k3lab.errors import InputError
 RUN_STATE = "run-state.json"
 RESULTS = "conformance-results.json"
 RELEASE = "release.json"
+GATE_FAILURE = "gate-failure.json"  # where the bring-up stopped: stage, node, process, log tail (the diagnosis reads it)
 VERSION = 1  # the newest version of each file this kit writes and reads
 
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]

@@ -20,8 +20,10 @@ from typing import Any
 from urllib.parse import quote
 
 from k3lab import __version__
+from k3lab.diagnosis.engine import Diagnosis
 from k3lab.errors import InputError
 from k3lab.model import apikey, runs
+from k3lab.reports import diagreport
 from k3lab.reports.reportsvg import topology_svg
 from k3lab.reports.templating import Markup, render_html
 
@@ -137,6 +139,8 @@ def read_junit(path: Path) -> list[dict[str, Any]]:
     rows = []
     for case in ET.parse(path).getroot().iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
+        if classname == "k3lab.diagnosis":  # the diagnosis the report added (k3lab.reports.diagreport), not a check
+            continue
         outcome, message, detail = "passed", "", ""
         for tag, out in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
             el = case.find(tag)
@@ -252,7 +256,8 @@ def _link(rel: str, text: str | None = None) -> str:
     return f"[{md(text or rel)}]({quote(rel)})"
 
 
-def summary_md(run: Run) -> str:
+def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
+    """``diagnosis``: a failed run's (k3lab.reports.diagreport.for_run), shown as its own section."""
     p, v = run.plan, _versions(run)
     counts = f"{run.count('passed')} passed, {run.count('failed')} failed, {run.count('error')} errors, " \
              f"{run.count('skipped')} skipped" + (f", {run.count('xfailed')} xfailed" if run.count("xfailed") else "")
@@ -267,6 +272,8 @@ def summary_md(run: Run) -> str:
              f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
     lines += [f"- left out, unreadable: {md(problem)}" for problem in run.problems] + ([""] if run.problems else [])
     lines += _results_md(run)
+    if diagnosis is not None:
+        lines += [""] + diagreport.markdown(diagnosis, md)
     lines += ["", "## Failures", ""]
     fails = _failures(run)
     if not fails:
@@ -408,6 +415,7 @@ _HTML = """<!DOCTYPE html>
 {%- for c in row.cells %}<td class="cell {{ c.cls }}" title="{{ c.title }}">{{ c.text }}</td>{% endfor %}</tr>
 {% endfor %}</table></div>
 {% endif %}
+{{ diagnosis }}
 <h2>Failures</h2>
 {% if not failures %}
 <p class="muted">None.</p>
@@ -438,7 +446,7 @@ _HTML = """<!DOCTYPE html>
 <p class="muted">Generated {{ generated }} by k3lab {{ version }}.</p></body></html>"""
 
 
-def report_html(run: Run) -> str:
+def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
     p, v = run.plan, _versions(run)
     info = [("Scenario", f"{p.get('scenario', '?')}: {p.get('title', '')}"),
             ("Seed", f"{p.get('seed', '?')}, {p.get('section', '')}"),
@@ -452,7 +460,8 @@ def report_html(run: Run) -> str:
     cols = ("what", "expected", "actual", "where", "cause", "remedy")
     return render_html(
         _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, css=Markup(CSS), info=info,
-        svg=Markup(topology_svg(run.plan, run.tests)), areas=areas, matrix=_matrix_rows(run), failure_cols=cols,
+        svg=Markup(topology_svg(run.plan, run.tests)),
+        diagnosis=diagreport.html(diagnosis) if diagnosis is not None else Markup(""), areas=areas, matrix=_matrix_rows(run), failure_cols=cols,
         failures=[_failure_row(t, cols) for t in _failures(run)], deviations=run.plan.get("deviations") or [],
         evidence=[(group, [(quote(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
         skipped=skipped(run), generated=_now(), version=__version__)
@@ -492,8 +501,16 @@ def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None) -> di
     run = load(run_dir)
     run.gate = gate
     out = {"summary": run.dir / "summary.md", "html": run.dir / "report.html"}
-    out["summary"].write_text(summary_md(run))
-    out["html"].write_text(report_html(run))
+    # a run that did not pass gets a Diagnosis section: its likely cause from the logs it collected
+    failed = run.verdict != "PASS" or (run.dir / runs.GATE_FAILURE).is_file()
+    diagnosis = diagreport.for_run(run.dir) if failed else None
+    out["summary"].write_text(summary_md(run, diagnosis))
+    out["html"].write_text(report_html(run, diagnosis))
     if (run.dir / "junit.xml").is_file():
         out["junit"] = run.dir / "junit.xml"
+        if diagnosis:
+            try:
+                diagreport.add_to_junit(out["junit"], diagnosis)
+            except (ET.ParseError, OSError):
+                pass  # an unreadable junit.xml is the suite's problem; the other reports carry the diagnosis
     return out

@@ -337,3 +337,43 @@ def test_evidence_message_kind_and_redaction(monkeypatch):
     evidence.check(True, "x", 1, 2, "nowhere")  # no-op
     with pytest.raises(ValueError, match="kind must be one of"):
         evidence.fail("x", 1, 2, "here", kind="network")
+
+
+# ------------------------------------------------------------------------------- diagnosis section
+
+OOM = ("(EngineCore_DP0 pid=7) ERROR 01-12 10:00:05 [core.py:719] RuntimeError: NPU out of memory. Tried to allocate "
+       f"2.00 GiB (NPU 0; 60.96 GiB total capacity) {HOSTILE}\n")
+
+
+def test_failed_run_reports_carry_the_diagnosis(run_dir):
+    (run_dir / "evidence" / "p1" / "engine.log").write_text(OOM)
+    (run_dir / "junit.xml").write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="1">'
+                                       '<testcase classname="conformance.test_npu" name="test_x"/></testsuite></testsuites>')
+    for _ in range(2):  # written again (a second report run) the suite is replaced, not repeated
+        report.write_reports(run_dir)
+    summary = (run_dir / "summary.md").read_text()
+    assert "## Diagnosis" in summary and "**npu-oom** on **p1**: NPU out of memory" in summary
+    assert "evidence/p1/engine.log:1" in summary and HOSTILE not in summary
+    page = (run_dir / "report.html").read_text()
+    assert "<h2>Diagnosis</h2>" in page and "npu-oom" in page and HOSTILE not in page
+    suites = [s for s in ET.parse(run_dir / "junit.xml").getroot() if s.get("name") == "k3lab.diagnosis"]
+    assert len(suites) == 1
+    case = suites[0].find("testcase")
+    assert case.get("name") == "npu-oom@p1" and "Lower --gpu-memory-utilization" in case.find("failure").get("message")
+    assert [r["nodeid"] for r in report.read_junit(run_dir / "junit.xml")] == ["conformance/test_npu.py::test_x"]
+
+
+def test_failed_run_without_a_known_cause_says_where_it_looked(run_dir):
+    report.write_reports(run_dir)
+    summary = (run_dir / "summary.md").read_text()
+    assert "## Diagnosis" in summary and "No known cause matched in 1 file(s): evidence/p1/engine.log." in summary
+
+
+def test_passing_run_has_no_diagnosis(run_dir):
+    doc = json.loads((run_dir / "conformance-results.json").read_text())
+    doc["tests"] = [t for t in doc["tests"] if t["outcome"] in ("passed", "skipped")]
+    doc["exitstatus"] = 0
+    (run_dir / "conformance-results.json").write_text(json.dumps(doc))
+    (run_dir / "evidence" / "p1" / "engine.log").write_text(OOM)
+    report.write_reports(run_dir)
+    assert "Diagnosis" not in (run_dir / "summary.md").read_text()

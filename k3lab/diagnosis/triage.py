@@ -1,0 +1,65 @@
+"""``k3lab triage DIR``, and the diagnosis as the terminal shows it when a run fails.
+
+DIR is a run directory (``runs/<id>``) or a folder of logs collected by hand, one folder per node.
+Exit codes: 0 no known cause matched, 1 a diagnosis, 2 bad input (missing, not a directory, unreadable).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from k3lab import errors
+from k3lab.diagnosis.engine import Diagnosis, Finding, diagnose
+
+SHOW_FILES = 6  # files named in "where it looked" before "and N more"
+
+
+def _where_looked(d: Diagnosis) -> str:
+    names = [f for _, f, _ in d.looked]
+    shown = ", ".join(names[:SHOW_FILES]) + (f" and {len(names) - SHOW_FILES} more" if len(names) > SHOW_FILES else "")
+    nodes = len({n for n, _, _ in d.looked})
+    return f"{len(names)} file(s) on {nodes} node folder(s) of {d.root}" + (f": {shown}" if shown else "")
+
+
+def _finding_lines(f: Finding, rank: int) -> list[str]:
+    c = f.cause
+    where = f" on {f.node}" if f.node and f.node != "-" else ""
+    head = "cause" if rank == 1 else f"also ({rank})"
+    lines = [f"{head}: {c.id}{where}: {c.title} [{c.component}]"]
+    for e in f.evidence[:2 if rank == 1 else 1]:
+        node = "" if e.node in e.file.split("/") else f"{e.node} "
+        lines.append(f"  evidence: {node}{e.where()}: {e.text}")
+    others = [n for n in f.nodes[1:] if n != "-"]
+    if others:
+        lines.append(f"  also on: {', '.join(others)} ({f.count} line(s) in all)")
+    if rank == 1:
+        lines.append(f"  remedy: {c.remedy}")
+        lines.append(f"  source: {next((s for s in c.sources if '://' in s), c.sources[0])}")
+    return lines
+
+
+def text(d: Diagnosis, limit: int = 3) -> list[str]:
+    """The diagnosis as terminal lines: the top cause with node, evidence, remedy and source; then the next."""
+    gate = d.gate or {}
+    lines = []
+    if gate:
+        lines.append(f"diagnosis of {d.root.name}: gate {gate.get('stage', '?')} failed on {gate.get('node') or '?'}")
+    if not d.findings:
+        lines.append(f"diagnosis: no known cause matched in {_where_looked(d)}; read the engine and proxy logs there "
+                     "and the guide's FAQ")
+    for i, f in enumerate(d.findings[:limit], 1):
+        lines += _finding_lines(f, i)
+    lines += [f"note: {n}" for n in d.notes[:5]]
+    return lines
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    d = diagnose(Path(args.dir))
+    if args.json:
+        print(json.dumps(d.as_dict(), indent=2))
+    else:
+        print("\n".join(text(d, limit=len(d.findings) if args.all else 3)))
+        if d.findings:
+            print(f"looked at {_where_looked(d)}")
+    return errors.CHECKS_FAILED if d.findings else errors.OK

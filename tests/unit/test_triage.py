@@ -1,0 +1,81 @@
+"""``k3lab triage DIR``: a run directory or a hand-collected log folder; exit 0 none, 1 a diagnosis, 2 bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from k3lab.cli.main import main
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "failure_logs"
+
+
+def _hand(tmp_path: Path) -> Path:
+    for node, src in (("node-a", "hccl-link-timeout/1.log"), ("node-b", "npu-oom/1.log")):
+        (tmp_path / node).mkdir(parents=True)
+        shutil.copy(LOGS / src, tmp_path / node / "engine.log")
+    return tmp_path
+
+
+def test_hand_collected_folder_names_cause_node_remedy(tmp_path, capsys):
+    assert main(["triage", str(_hand(tmp_path))]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("cause: npu-oom on node-b: NPU out of memory")
+    assert "evidence: node-b/engine.log:1: RuntimeError: NPU out of memory" in out
+    assert "remedy: Lower --gpu-memory-utilization" in out and "source: https://" in out
+    assert "also (2): hccl-link-timeout on node-a" in out
+
+
+def test_json_output(tmp_path, capsys):
+    assert main(["triage", "--json", str(_hand(tmp_path))]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "logs" and doc["findings"][0]["id"] == "npu-oom" and doc["findings"][0]["node"] == "node-b"
+    assert {"node": "node-b", "file": "node-b/engine.log", "bytes": (LOGS / "npu-oom/1.log").stat().st_size} in doc["looked"]
+
+
+def test_nothing_found_says_where_it_looked(tmp_path, capsys):
+    shutil.copytree(LOGS / "healthy", tmp_path / "n0")
+    assert main(["triage", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "no known cause matched in 4 file(s)" not in out  # sources.yaml is not a log
+    assert "no known cause matched in 3 file(s) on 1 node folder(s)" in out and "n0/1.log" in out
+
+
+@pytest.mark.parametrize("arg, msg", [("missing", "no such directory"), ("file", "not a directory")])
+def test_bad_input_exit_2_without_traceback(tmp_path, capsys, arg, msg):
+    (tmp_path / "file").write_text("x")
+    assert main(["triage", str(tmp_path / arg)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err
+
+
+def test_empty_directory(tmp_path, capsys):
+    assert main(["triage", str(tmp_path)]) == 0
+    assert "no known cause matched in 0 file(s)" in capsys.readouterr().out
+
+
+def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monkeypatch):
+    from k3lab.cli import commands
+    from k3lab.launchers.lifecycle import GateFailed
+
+    run = tmp_path / "runs" / "r1"
+    (run / "evidence" / "d3").mkdir(parents=True)
+    (run / "run-state.json").write_text(json.dumps({"run": "r1", "status": "failed"}))
+    shutil.copy(LOGS / "npu-oom" / "2.log", run / "evidence" / "d3" / "engine.log")
+
+    def failing_up(*a, **kw):
+        exc = GateFailed("stage workers: w_d3 on d3 exited before port d3:8000 opens", "workers", "d3", "w_d3")
+        exc.record(run)
+        raise exc
+
+    monkeypatch.setattr(commands, "up", failing_up)
+    assert main(["up", "a3_pd"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    err = err[next(i for i, line in enumerate(err) if line.startswith("k3lab: stage workers")):]  # after the log lines
+    assert err[0].startswith("k3lab: stage workers: w_d3 on d3 exited")
+    assert err[1] == "diagnosis of r1: gate workers failed on d3"
+    assert err[2] == "cause: npu-oom on d3: NPU out of memory (HBM) [torch_npu]"
+    assert any(line.startswith("  remedy: Lower --gpu-memory-utilization") for line in err[3:])
+    assert (run / "summary.md").is_file() and "npu-oom" in (run / "summary.md").read_text()
