@@ -24,6 +24,7 @@ from k3lab.launchers.endpoints import (
     LOCAL_ENDPOINT,
     ClientPool,
     CommandResult,
+    HostUnreachable,
     SshOptions,
     describe,
     docker_client,
@@ -31,6 +32,7 @@ from k3lab.launchers.endpoints import (
     each_host,
     local_client,
     reason,
+    unreachable_error,
 )
 from k3lab.model.plan import NodePlan, Plan
 
@@ -298,6 +300,19 @@ class LabBackend(Backend):
 
     def client(self, node: NodePlan) -> docker.DockerClient:
         return self.pool.get(node.endpoint)
+
+    def exec(self, node: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> CommandResult:
+        """As on any backend; a host that stops answering is named (node and host) and remembered, so
+        gates, liveness and evidence fail at once on it instead of waiting out a timeout each."""
+        endpoint = self.plan.node(node).endpoint
+        try:
+            self.pool.get(endpoint)  # refuses at once a host that failed before
+            return super().exec(node, cmd, env, timeout)
+        except Exception as exc:
+            if not unreachable_error(exc):
+                raise
+            self.pool.failed(endpoint, exc)
+            raise HostUnreachable(f"{node} ({describe(endpoint)}) does not answer: {reason(exc)}") from None
 
     def remove_run(self) -> list[str]:
         """Every endpoint of the plan at once, containers carrying this run's label only; the nodes it

@@ -6,6 +6,7 @@ dockerd). The live rows on the emulated lab are L-LAB-* of the fault matrix (k3l
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -188,3 +189,24 @@ def test_real_sockets_that_never_answer_end_by_the_answer_timeout(monkeypatch, c
     assert removed == [] and left == eps and set(pool.unreachable) == set(eps.values())
     err = capsys.readouterr().err
     assert all(f"{n} (127.0.0.1)" in err for n in eps) and "Traceback" not in err
+
+
+def test_lab_exec_names_a_host_that_stops_answering_and_fails_at_once_after(monkeypatch):
+    from k3lab.render import artefacts as render
+
+    plan = render.build("a3_pd", faults.siminventory.default("a3_pd"), target="lab").plan
+    backend = backends.LabBackend(plan, "r1")
+    calls = []
+
+    def silent(*a, **k):
+        calls.append(1)
+        raise endpoints.requests.exceptions.ReadTimeout("Read timed out. (read timeout=120)")
+
+    monkeypatch.setattr(backend.pool, "get", lambda ep: ClientPool._refuse_unreachable(backend.pool, ep))
+    monkeypatch.setattr(backends, "docker_exec", silent)
+    backend.containers["d1"] = type("C", (), {"client": type("K", (), {"api": None})(), "id": "x"})()
+    where = f"d1 ({endpoints.describe(plan.node('d1').endpoint)})"
+    for _ in range(2):
+        with pytest.raises(HostUnreachable, match=re.escape(where)):
+            backend.exec("d1", ["true"])
+    assert len(calls) == 1
