@@ -146,11 +146,9 @@ def option_applies(key: str, sc: Scenario) -> bool:
 
 class UnknownScenario(UsageError, KeyError):
     def __str__(self) -> str:
-        import difflib
+        from k3lab.model.select import did_you_mean
 
-        close = difflib.get_close_matches(str(self.args[0]), SCENARIOS, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"unknown scenario {self.args[0]!r}{hint} (known: {', '.join(SCENARIOS)})"
+        return did_you_mean(str(self.args[0]), SCENARIOS, "scenario")
 
 
 def get(scenario_id: str) -> Scenario:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from k3lab.errors import InputError
-from k3lab.model import validation
+from k3lab.model import select, validation
 from k3lab.model.accept import AcceptedFinding
 
 Role = Literal["mixed", "prefill", "decode", "metaservice"]
@@ -322,15 +322,12 @@ class Inventory(_Strict):
         for field in ("proxy_node", "metaservice_node"):
             value = getattr(self, field)
             if value is not None and value not in seen_names:
-                close = _close(value, sorted(seen_names), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f" (nodes: {', '.join(sorted(seen_names))})"
-                raise ValueError(f"{field}: {value!r} is not a node in this inventory{hint}")
+                raise ValueError(f"{field}: {value!r} is not a node in this inventory{_nodes_hint(value, seen_names)}")
         for i, acc in enumerate(self.accept):
             for value in acc.nodes:
                 if value not in seen_names:
-                    close = _close(value, sorted(seen_names), n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else f" (nodes: {', '.join(sorted(seen_names))})"
-                    raise ValueError(f"accept.{i}.nodes: {value!r} is not a node in this inventory{hint}")
+                    raise ValueError(f"accept.{i}.nodes: {value!r} is not a node in this inventory"
+                                     f"{_nodes_hint(value, seen_names)}")
         return self
 
     def by_role(self, role: Role) -> list[Node]:
@@ -394,7 +391,5 @@ def json_schema() -> dict:
     return schema
 
 
-def _close(word, choices, n=1, cutoff=0.6):
-    import difflib  # only on the error path: keeps start-up small
-
-    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)
+def _nodes_hint(value: str, names: set[str]) -> str:
+    return select.hint(value, sorted(names)) or f" (nodes: {', '.join(sorted(names))})"

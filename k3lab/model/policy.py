@@ -39,7 +39,6 @@ strict pydantic models (unknown keys are errors); every error names the file and
 """
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from pathlib import Path
@@ -49,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import catalog, validation
+from k3lab.model import catalog, select, validation
 from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
@@ -130,8 +129,7 @@ class Policy(_Strict):
     def _known(cls, v: dict[str, ScenarioPolicy]) -> dict[str, ScenarioPolicy]:
         for sid in v:
             if sid not in catalog.SCENARIOS:
-                close = difflib.get_close_matches(sid, catalog.SCENARIOS, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(catalog.SCENARIOS)}"
+                hint = select.hint(sid, catalog.SCENARIOS) or f"; known: {', '.join(catalog.SCENARIOS)}"
                 raise ValueError(f"unknown scenario {sid!r}{hint}")
         return v
 

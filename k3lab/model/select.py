@@ -8,12 +8,25 @@ from __future__ import annotations
 from k3lab.errors import UsageError
 
 
+def closest(word: str, choices, cutoff: float = 0.6) -> str | None:
+    """The kit's one did-you-mean: the known choice closest to ``word``, if any is close enough."""
+    import difflib  # only on the error path: keeps start-up small
+
+    found = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def hint(word: str, choices, cutoff: float = 0.6) -> str:
+    """``"; did you mean 'x'?"`` for the closest choice, or nothing."""
+    found = closest(word, choices, cutoff)
+    return f"; did you mean {found!r}?" if found else ""
+
+
 def did_you_mean(word: str, choices, what: str) -> str:
     choices = list(choices)
-    close = _close(word, choices, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint_ = hint(word, choices)
     known = f" (known: {', '.join(choices)})" if len(choices) <= 16 else ""
-    return f"unknown {what} {word!r}{hint}{known}"
+    return f"unknown {what} {word!r}{hint_}{known}"
 
 
 def _kv(items: list[str]) -> dict[str, str]:
@@ -51,8 +64,3 @@ def load_inventory(scenario: str, path: str | None):
         return inventory.load(path), str(path)
     return siminventory.default(scenario), siminventory.name()
 
-
-def _close(word, choices, n=1, cutoff=0.6):
-    import difflib  # only on the error path: keeps start-up small
-
-    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from k3lab.model import select
+
 
 def _child(tp: Any, part: object) -> Any:
     """The annotation of ``part`` inside a value of annotation ``tp`` (None when unknown)."""
@@ -58,13 +60,6 @@ def model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel]:
     return _model(tp) or root
 
 
-def close(word: str, choices, cutoff: float = 0.5) -> str | None:
-    import difflib  # error path only: keeps start-up small
-
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
-    return found[0] if found else None
-
-
 def _keys(model: type[BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
@@ -74,8 +69,7 @@ def message(err: Mapping[str, Any], root: type[BaseModel]) -> str:
     loc, value, kind = err["loc"], err.get("input"), err["type"]
     if kind == "extra_forbidden":
         fields = _keys(model_at(root, loc))
-        hint = close(str(loc[-1]), fields)
-        return f"unknown key{f'; did you mean {hint!r}?' if hint else ''} (known: {', '.join(fields)})"
+        return f"unknown key{select.hint(str(loc[-1]), fields, 0.5)} (known: {', '.join(fields)})"
     if isinstance(value, bool) and kind in ("int_type", "string_type", "float_type"):
         want = "a number" if kind != "string_type" else "text"
         return f"expected {want}, got the boolean {str(value).lower()} (YAML reads true/false/yes/no/on/off as " \
@@ -86,8 +80,8 @@ def message(err: Mapping[str, Any], root: type[BaseModel]) -> str:
         return "required key is missing"
     text = err["msg"].removeprefix("Value error, ")
     if kind == "literal_error" and isinstance(value, str):
-        hint = close(value, re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", ""))))
-        return f"{text}, got {value!r}" + (f"; did you mean {hint!r}?" if hint else "")
+        return f"{text}, got {value!r}" + select.hint(value, re.findall(r"'([^']*)'", str((err.get("ctx") or {})
+                                                                                        .get("expected", ""))), 0.5)
     return text
 
 

@@ -111,10 +111,9 @@ def _rank_problems(sc: Scenario, inv: Inventory) -> list[str]:
 def _options(sc: Scenario, raw: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(raw) - set(OPTIONS))
     if unknown:
-        import difflib  # error path only
+        from k3lab.model.select import closest  # error path only
 
-        hints = [f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, OPTIONS, n=1)) else ""
-                 for k in unknown]
+        hints = [f" (did you mean {c!r}?)" if (c := closest(k, OPTIONS)) else "" for k in unknown]
         raise RenderError("unknown option(s) " + ", ".join(f"{k!r}{h}" for k, h in zip(unknown, hints)) +
                           "; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
     opts = dict(raw)
