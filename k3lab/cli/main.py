@@ -12,7 +12,7 @@ import sys
 
 from k3lab import errors, formats
 from k3lab.errors import UsageError
-from k3lab.model import select
+from k3lab.model import hints, select
 from k3lab.model.select import _kv, did_you_mean, load_inventory, scenario_id
 
 # Adding a subcommand: write one ``_add_<name>(sub)`` function that registers its subparser and sets
@@ -163,7 +163,7 @@ class Parser(argparse.ArgumentParser):
         if "invalid choice:" in message:
             word = message.split("invalid choice:", 1)[1].split("(")[0].strip().strip("'")
             choices = [a.strip().strip("'") for a in message.split("(choose from", 1)[-1].rstrip(")").split(",")]
-            message += select.hint(word, choices)
+            message += hints.hint(word, choices)
         raise UsageError(f"{self.prog}: {message}")
 
 

@@ -146,9 +146,9 @@ def option_applies(key: str, sc: Scenario) -> bool:
 
 class UnknownScenario(UsageError, KeyError):
     def __str__(self) -> str:
-        from k3lab.model.select import did_you_mean
+        from k3lab.model.hints import hint
 
-        return did_you_mean(str(self.args[0]), SCENARIOS, "scenario")
+        return f"unknown scenario {self.args[0]!r}{hint(str(self.args[0]), SCENARIOS)} (known: {', '.join(SCENARIOS)})"
 
 
 def get(scenario_id: str) -> Scenario:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from k3lab.errors import InputError
-from k3lab.model import select, validation
+from k3lab.model import hints, validation
 from k3lab.model.accept import AcceptedFinding
 
 Role = Literal["mixed", "prefill", "decode", "metaservice"]
@@ -392,4 +392,4 @@ def json_schema() -> dict:
 
 
 def _nodes_hint(value: str, names: set[str]) -> str:
-    return select.hint(value, sorted(names)) or f" (nodes: {', '.join(sorted(names))})"
+    return hints.hint(value, sorted(names)) or f" (nodes: {', '.join(sorted(names))})"

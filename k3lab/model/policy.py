@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import catalog, select, validation
+from k3lab.model import catalog, hints, validation
 from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
@@ -129,7 +129,7 @@ class Policy(_Strict):
     def _known(cls, v: dict[str, ScenarioPolicy]) -> dict[str, ScenarioPolicy]:
         for sid in v:
             if sid not in catalog.SCENARIOS:
-                hint = select.hint(sid, catalog.SCENARIOS) or f"; known: {', '.join(catalog.SCENARIOS)}"
+                hint = hints.hint(sid, catalog.SCENARIOS) or f"; known: {', '.join(catalog.SCENARIOS)}"
                 raise ValueError(f"unknown scenario {sid!r}{hint}")
         return v
 

@@ -6,20 +6,7 @@ Kept light: the CLI imports it at start-up.
 from __future__ import annotations
 
 from k3lab.errors import UsageError
-
-
-def closest(word: str, choices, cutoff: float = 0.6) -> str | None:
-    """The kit's one did-you-mean: the known choice closest to ``word``, if any is close enough."""
-    import difflib  # only on the error path: keeps start-up small
-
-    found = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
-    return found[0] if found else None
-
-
-def hint(word: str, choices, cutoff: float = 0.6) -> str:
-    """``"; did you mean 'x'?"`` for the closest choice, or nothing."""
-    found = closest(word, choices, cutoff)
-    return f"; did you mean {found!r}?" if found else ""
+from k3lab.model.hints import hint
 
 
 def did_you_mean(word: str, choices, what: str) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from k3lab.model import select
+from k3lab.model import hints
 
 
 def _child(tp: Any, part: object) -> Any:
@@ -69,7 +69,7 @@ def message(err: Mapping[str, Any], root: type[BaseModel]) -> str:
     loc, value, kind = err["loc"], err.get("input"), err["type"]
     if kind == "extra_forbidden":
         fields = _keys(model_at(root, loc))
-        return f"unknown key{select.hint(str(loc[-1]), fields, 0.5)} (known: {', '.join(fields)})"
+        return f"unknown key{hints.hint(str(loc[-1]), fields, 0.5)} (known: {', '.join(fields)})"
     if isinstance(value, bool) and kind in ("int_type", "string_type", "float_type"):
         want = "a number" if kind != "string_type" else "text"
         return f"expected {want}, got the boolean {str(value).lower()} (YAML reads true/false/yes/no/on/off as " \
@@ -80,7 +80,7 @@ def message(err: Mapping[str, Any], root: type[BaseModel]) -> str:
         return "required key is missing"
     text = err["msg"].removeprefix("Value error, ")
     if kind == "literal_error" and isinstance(value, str):
-        return f"{text}, got {value!r}" + select.hint(value, re.findall(r"'([^']*)'", str((err.get("ctx") or {})
+        return f"{text}, got {value!r}" + hints.hint(value, re.findall(r"'([^']*)'", str((err.get("ctx") or {})
                                                                                         .get("expected", ""))), 0.5)
     return text
 

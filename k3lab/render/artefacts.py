@@ -111,7 +111,7 @@ def _rank_problems(sc: Scenario, inv: Inventory) -> list[str]:
 def _options(sc: Scenario, raw: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(raw) - set(OPTIONS))
     if unknown:
-        from k3lab.model.select import closest  # error path only
+        from k3lab.model.hints import closest  # error path only
 
         hints = [f" (did you mean {c!r}?)" if (c := closest(k, OPTIONS)) else "" for k in unknown]
         raise RenderError("unknown option(s) " + ", ".join(f"{k!r}{h}" for k, h in zip(unknown, hints)) +
