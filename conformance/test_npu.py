@@ -276,3 +276,54 @@ def _lossy_pairs(pairs: dict[str, list[tuple]], answers: dict[str, dict[str, str
             if not result.ok:
                 failures.append(f"{pair}: expected 0.00% loss and L1 plane check result 0x0, seen {result.describe()}")
     return failures
+
+
+# The rest of vllm-ascend's "verify multi-node communication environment" procedure (guides §3.2):
+# switch ports over LLDP, the netdetect address and gateway, /etc/hccn.conf and, on A3, spod-info.
+# The lab's hardware stage runs this file before any engine starts (k3lab.launchers.hwstage).
+
+
+@pytest.mark.conformance(area="hccl", must="Every device MUST see its switch port over LLDP "
+             "(hccn_tool -i N -lldp -g prints an Ifname).")
+def test_hccn_lldp(node, tools):
+    ports, unread = _read(tools[node.name], node, "-lldp -g", toolparse.lldp_ifname)
+    silent = {d: "no answer (no LLDP neighbour learnt)" for d in unread if unread[d] == "no answer"}
+    unread = {d: why for d, why in unread.items() if d not in silent}
+    assert not unread, _unread(node, "-lldp -g", unread)
+    missing = sorted(set(silent) | {d for d, port in ports.items() if not port})
+    assert not missing, (f"{node.name}: device(s) {missing} learn no switch port over LLDP (no 'Ifname:' in "
+                         "hccn_tool -i <device> -lldp -g); check the cable and the switch port of those devices")
+
+
+@pytest.mark.conformance(area="hccl", must="Every device MUST have a netdetect address and a default gateway "
+             "(hccn_tool -i N -netdetect -g, -gateway -g).")
+def test_hccn_netdetect_gateway(node, tools):
+    detect, unread = _read(tools[node.name], node, "-netdetect -g", toolparse.netdetect)
+    assert not unread, _unread(node, "-netdetect -g", unread)
+    gateways, unread = _read(tools[node.name], node, "-gateway -g", toolparse.gateway)
+    assert not unread, _unread(node, "-gateway -g", unread)
+    no_detect = sorted(d for d, a in detect.items() if a is None)
+    no_gateway = sorted(d for d, a in gateways.items() if a is None)
+    assert not no_detect and not no_gateway, \
+        (f"{node.name}: netdetect address unset on device(s) {no_detect}, default gateway unset on {no_gateway}; "
+         "set them with hccn_tool -i <device> -netdetect -s address A and -gateway -s gateway G")
+
+
+@pytest.mark.conformance(area="hccl", must="/etc/hccn.conf in the node's container MUST name every device "
+             "(address_N), as the guides' docker run mounts it from the host.")
+def test_hccn_conf_names_every_device(node, tools):
+    f = tools[node.name].file("/etc/hccn.conf")
+    assert f.exists, f"{node.name}: /etc/hccn.conf is missing in the container; mount it from the host (-v /etc/hccn.conf)"
+    conf = toolparse.hccn_conf(f.content_string)
+    missing = [d for d in range(node.device_count) if not conf.get(d, {}).get("address")]
+    assert not missing, (f"{node.name}: /etc/hccn.conf names no address for device(s) {missing}; configure them with "
+                         "hccn_tool -i <device> -ip -s address A netmask M on the host")
+
+
+@pytest.mark.conformance(area="hccl", must="On A3, npu-smi info -t spod-info MUST report the node's Super Pod ID.")
+def test_spod_info(node, tools):
+    if node.platform != "A3":
+        pytest.skip("spod-info exists on A3 only")
+    assert _super_pod(tools[node.name]) is not None, \
+        (f"{node.name}: npu-smi info -t spod-info -i 0 -c 0 gave no 'Super Pod ID'; check the driver version "
+         "(A3 super pod support)")

@@ -87,9 +87,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from k3lab.preflight import checks as preflight
 
     if args.list:
-        from k3lab.preflight import labchecks
+        from k3lab.preflight import hostchecks, labchecks
 
-        formats.emit(args, {"checks": preflight.catalogue() + labchecks.catalogue()}, _print_check_list)
+        formats.emit(args, {"checks": preflight.catalogue() + labchecks.catalogue() + hostchecks.catalogue()},
+                     _print_check_list)
         return 0
     if not args.scenario:
         raise UsageError("preflight: give a SCENARIO or --list")
@@ -290,8 +291,12 @@ def _add_check(sub) -> None:
 
 def _add_labemu(sub) -> None:
     p = sub.add_parser("labemu", help="emulated multi-host lab on this machine (namespaces, engines, sshd)")
-    p.add_argument("action", choices=["up", "down", "status"], help="up: create the hosts and write --out; "
-                   "down: remove them; status: list them")
+    p.add_argument("action", choices=["up", "down", "status", "break", "repair"],
+                   help="up: create the hosts and write --out; down: remove them; status: list them; "
+                   "break: break one host's facts (--node, --fault); repair: every host as up made it")
+    p.add_argument("--node", help="break: the node whose host is broken")
+    p.add_argument("--fault", help="break: no-config | other-checkpoint | old-driver | hccn-entry | unreserved-ports | "
+                   "link-down | npu-alarm | pair-unreachable")
     p.add_argument("--nodes", type=int, help="number of hosts (default: the scenario's node count)")
     p.add_argument("--scenario", default="a3_pd_1m", help="scenario whose node roles the inventory gets")
     p.add_argument("--out", default="lab.yaml", help="lab inventory to write")

@@ -54,12 +54,13 @@ def hccn_options(node) -> list[str]:
     """The per-device queries every node answers in its batch. A3 devices are addressed by their
     vNIC (HCCS within a super pod); their RoCE ``-ip`` is asked only when a peer is in another
     super pod (test_cross_node_reachability), in one more exec."""
-    return ["-link -g", "-net_health -g", "-tls -g"] + (["-vnic -g"] if node.platform == "A3" else ["-ip -g"])
+    return (["-link -g", "-net_health -g", "-tls -g", "-lldp -g", "-netdetect -g", "-gateway -g"]
+            + (["-vnic -g"] if node.platform == "A3" else ["-ip -g"]))
 
 
 def commands(node) -> list[str]:
     """Every read-only command a per-node check runs on ``node``."""
-    cmds = ["npu-smi info", SPOD, "cat /proc/net/tcp", "cat /proc/net/tcp6", PROC_CMDLINES]
+    cmds = ["npu-smi info", SPOD, "cat /proc/net/tcp", "cat /proc/net/tcp6", PROC_CMDLINES, cat("/etc/hccn.conf")]
     cmds += [hccn(i, opt) for opt in hccn_options(node) for i in range(node.device_count)]
     cmds += [cat(a.path) for a in node.artefacts if a.path.startswith("/")]
     return cmds

@@ -342,3 +342,40 @@ def spod_info(text: str) -> dict[str, int]:
     if "Super Pod ID" not in out:
         raise Unparsed(f"no 'Super Pod ID' in {_show(text)}")
     return out
+
+
+# The rest of the guides' §3.2 procedure (shared/reference/ascend-components.md §3.2-3.3):
+# ``-lldp -g`` prints the neighbour's TLVs with ``\tIfname: 400GE1/1/5:1``; ``-netdetect -g``
+# ``netdetect address: 11.12.165.1``; ``-gateway -g`` ``default gateway:11.12.165.1, Iface:eth0``;
+# ``/etc/hccn.conf`` lines ``key_<devid>=value`` (``address_0=29.1.137.205``).
+
+
+def lldp_ifname(text: str) -> str | None:
+    """``-lldp -g``: the switch port's Ifname; None when no neighbour was learnt (empty answer)."""
+    if not text.strip():
+        return None
+    return _value(text, "Ifname:") or None
+
+
+def netdetect(text: str) -> str | None:
+    """``-netdetect -g``: the netdetect address, None when unset (``0.0.0.0`` or empty)."""
+    raw = _value(text, "netdetect address:")
+    address = ipv4(raw) if raw else UNSET
+    return None if address == UNSET else address
+
+
+def gateway(text: str) -> str | None:
+    """``-gateway -g``: the default gateway, None when unset."""
+    raw = _value(text, "default gateway:").split(",", 1)[0].strip()
+    address = ipv4(raw) if raw else UNSET
+    return None if address == UNSET else address
+
+
+def hccn_conf(text: str) -> dict[int, dict[str, str]]:
+    """``/etc/hccn.conf``: device -> {key: value} from ``key_<devid>=value`` lines (comments skipped)."""
+    out: dict[int, dict[str, str]] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([a-z_]+?)_(\d+)\s*=\s*(.*?)\s*$", line)
+        if m and not line.lstrip().startswith("#"):
+            out.setdefault(int(m.group(2)), {})[m.group(1)] = m.group(3)
+    return out

@@ -232,11 +232,22 @@ class SimBackend(Backend):
         shm = self.faults.get("shm", {}).get(node.name, kwargs.pop("shm_size"))
         host_config = self.engine.api.create_host_config(
             shm_size=shm, cap_add=kwargs.pop("cap_add"), mounts=kwargs.pop("mounts"),
-            network_mode=self.network_name)
+            network_mode=self.network_name, sysctls=self.reserved_ports(node))
         created = self.engine.api.create_container(
             image=kwargs["image"], name=kwargs["name"], hostname=kwargs["hostname"], labels=self.labels(node),
             host_config=host_config, networking_config=networking, detach=True)
         self.containers[node.name] = self.engine.containers.get(created["Id"])
+
+    def reserved_ports(self, node: NodePlan) -> dict[str, str]:
+        """The node's planned ports reserved in its own network namespace, as HST-PORTS asks of a lab host:
+        no outgoing connection (a client of another engine, ZMQ) takes a KV port before its owner binds it.
+        Fault key "unreserved_ports": [node] leaves a node with the kernel's default."""
+        from k3lab.preflight import hostchecks
+
+        if node.name in self.faults.get("unreserved_ports", []):
+            return {}
+        line = hostchecks.reserve_line([(lo, hi) for lo, hi, _ in hostchecks.planned_spans(self.plan, node.name)])
+        return {hostchecks.RESERVED_PORTS: line} if line else {}
 
     def stage_extra(self, node: NodePlan) -> dict[str, tuple[bytes, int]]:
         """Simulated hardware description and the small checkpoints for /root/.cache."""

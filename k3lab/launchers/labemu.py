@@ -28,6 +28,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -50,6 +51,7 @@ NS_PREFIX = "k3emu-"
 STATE = Path(os.environ.get("K3LAB_EMU_DIR", "/var/lib/k3lab-emu"))
 RUN = Path("/run/k3lab-emu")
 TCP_PORT = 2375
+ASCEND_DIR = "/usr/local/Ascend"
 FIXTURES = paths.FIXTURES
 
 
@@ -84,6 +86,10 @@ class Host:
         self.sshd_pid = RUN / f"{self.name}-sshd.pid"
         self.exec_root = RUN / f"{self.name}-exec"
         self.log = STATE / "logs" / f"{self.name}.log"
+
+    @property
+    def usr_local(self) -> Path:
+        return self.root / "usr-local"
 
     @property
     def host_key(self) -> Path:
@@ -202,13 +208,10 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
     from k3lab.launchers.sim import image
 
     (etc / "ascend_install.info").write_text((image.ROOTFS / "etc" / "ascend_install.info").read_text())
-    cache = h.root / "cache"
-    cache.mkdir(exist_ok=True)
-    for path in (FIXTURES / "checkpoints").rglob("*"):
-        if path.is_file():
-            dest = cache / path.relative_to(FIXTURES / "checkpoints")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest)
+    driver = h.usr_local / "Ascend" / "driver"
+    driver.mkdir(parents=True, exist_ok=True)
+    (driver / "version.info").write_text((image.ROOTFS / "usr/local/Ascend/driver/version.info").read_text())
+    _checkpoints(h.root / "cache")
     if not h.host_key.exists():
         _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"k3emu-{h.name}", "-f", str(h.host_key))
     (etc / "ssh" / "k3emu_authorized_keys").write_text(client_pub)
@@ -222,6 +225,44 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
         f"SetEnv DOCKER_HOST=unix://{h.sock}", "Subsystem sftp internal-sftp", ""]))
 
 
+# what the guides' checkpoint directory holds beside config.json (K3 §2: "the model configuration,
+# tokenizer, image processor, and model weight files"): small stand-ins of the Hugging Face files
+CHECKPOINT_STANDINS = {
+    "tokenizer_config.json": {"tokenizer_class": "TikTokenTokenizer", "k3lab_note": "emulated lab stand-in"},
+    "preprocessor_config.json": {"image_processor_type": "KimiVLImageProcessor", "k3lab_note": "emulated lab stand-in"},
+    "model.safetensors.index.json": {"metadata": {"total_size": 0}, "weight_map": {},
+                                     "k3lab_note": "emulated lab stand-in: no weights"},
+}
+
+
+def _checkpoints(cache: Path) -> None:
+    """The host's checkpoint directories: the kit's config.json fixtures, completed with the other files."""
+    cache.mkdir(exist_ok=True)
+    for cfg in (FIXTURES / "checkpoints").glob("*/config.json"):
+        dest = cache / cfg.parent.name
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cfg, dest / "config.json")
+        for name, doc in CHECKPOINT_STANDINS.items():
+            (dest / name).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def reserved_ports(inv: dict) -> dict[str, str]:
+    """Per node, the planned ports inside the default ephemeral range, as a lab admin reserves them
+    (the remedy of HST-PORTS: net.ipv4.ip_local_reserved_ports)."""
+    from k3lab.model.inventory import Inventory
+    from k3lab.preflight import hostchecks
+    from k3lab.render import artefacts
+
+    plan = artefacts.build(inv["scenario"], Inventory.model_validate(inv), {}, "lab").plan
+    return {n.name: hostchecks.reserve_line([(lo, hi) for lo, hi, _ in hostchecks.planned_spans(plan, n.name)])
+            for n in plan.nodes}
+
+
+def _reserve_planned(hosts: list[Host], inv: dict) -> None:
+    for h, ports in zip(hosts, reserved_ports(inv).values()):
+        _sh("nsenter", f"--net=/run/netns/{h.ns}", "sysctl", "-q", "-w", f"net.ipv4.ip_local_reserved_ports={ports}")
+
+
 def _start(h: Host, tcp: bool) -> None:
     if h.engine_alive() and _pid_alive(h.sshd_pid):
         return
@@ -230,12 +271,18 @@ def _start(h: Host, tcp: bool) -> None:
     h.log.parent.mkdir(parents=True, exist_ok=True)
     RUN.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)
+    if not Path(ASCEND_DIR).exists():
+        Path(ASCEND_DIR).mkdir(parents=True)
+        Path(ASCEND_DIR, ".k3lab-labemu").touch()  # ours: down removes it
     listen = [f"-H unix://{h.sock}"] + ([f"-H tcp://{h.ip}:{TCP_PORT}"] if tcp else [])
     script = "\n".join([
         "set -e",
         f"mount --bind {h.root / 'etc'} /etc",
         "mkdir -p /root/.cache",
         f"mount --bind {h.root / 'cache'} /root/.cache",
+        # the host's own driver files (version.info) at the real path; the mount point is an empty
+        # directory on this machine, removed by down
+        f"mount --bind {h.usr_local / 'Ascend'} {ASCEND_DIR}",
         f"/usr/sbin/sshd -f /etc/ssh/k3emu_sshd_config -E {h.root / 'sshd.log'}",
         f"exec dockerd {' '.join(listen)} --data-root {data_root} --exec-root {h.exec_root} "
         f"--pidfile {h.docker_pid} --storage-driver=vfs --iptables=false --ip6tables=false --bridge=none "
@@ -371,6 +418,9 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
     for h, name in zip(hosts, node_names):
         _filesystem(h, name, sc.platform, client_pub)
     _network(hosts)
+    known = STATE / "known_hosts"
+    inv = inventory(scenario, hosts, kinds, known, key)
+    _reserve_planned(hosts, inv)
     for h, kind in zip(hosts, kinds):
         _start(h, tcp=kind == "tcp")
     for h in hosts:
@@ -380,13 +430,11 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda h: _load_image(h, builds), hosts))
-    known = STATE / "known_hosts"
     lines = []
     for h in hosts:
         kt, kb64 = h.host_key.with_suffix(".pub").read_text().split()[:2]
         lines.append(f"{h.ip} {kt} {kb64}")
     known.write_text("\n".join(lines) + "\n")
-    inv = inventory(scenario, hosts, kinds, known, key)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# k3lab labemu: {n} emulated hosts for {scenario} (profile emulator)\n" +
                    yaml.safe_dump(inv, sort_keys=False))
@@ -459,6 +507,8 @@ def down() -> int:
         if h.root.exists():
             _sh("rm", "-rf", "--one-file-system", str(h.root), check=False)
     _sh("ip", "link", "del", BRIDGE, check=False)
+    if Path(ASCEND_DIR, ".k3lab-labemu").exists():
+        shutil.rmtree(ASCEND_DIR, ignore_errors=True)
     for p in (STATE / "state.json", STATE / "known_hosts"):
         p.unlink(missing_ok=True)
     shutil.rmtree(STATE / "logs", ignore_errors=True)
@@ -515,6 +565,99 @@ def link(h: Host, up: bool) -> None:
 # ---------------------------------------------------------------------------------- commands
 
 
+# Host faults: a lab host whose own files or kernel settings are wrong before a run starts (issue #21).
+HOST_FAULTS = {
+    "no-config": "the model's config.json is missing from the host's checkpoint directory",
+    "other-checkpoint": "the host holds a different checkpoint (another config.json)",
+    "old-driver": "the host's driver is older (version.info Version=24.1.0)",
+    "hccn-entry": "/etc/hccn.conf lacks the last device's address",
+    "unreserved-ports": "the planned ports are not reserved (the kernel's default)",
+    # hardware faults in the host's device table, which the image's npu-smi / hccn_tool read as the driver
+    "link-down": "device 2's link is DOWN",
+    "npu-alarm": "device 3 reports health Alarm",
+    "pair-unreachable": "no device of the next host is reachable from this host",
+}
+
+
+def _host_of(node: str) -> Host:
+    for h in _state().get("hosts", []):
+        if h["node"] == node:
+            return Host(int(h["index"]))
+    raise LabEmuError(f"no emulated host holds node {node!r} ('k3lab labemu status')")
+
+
+def break_host(node: str, fault: str, model_dir: str) -> None:
+    """Break one host's facts in place; ``repair`` (or ``up``) puts them back."""
+    h = _host_of(node)
+    ck = h.root / "cache" / model_dir
+    if fault == "no-config":
+        (ck / "config.json").unlink(missing_ok=True)
+    elif fault == "other-checkpoint":
+        cfg = json.loads((ck / "config.json").read_text())
+        (ck / "config.json").write_text(json.dumps({**cfg, "k3lab_revision": "other"}, indent=2))
+    elif fault == "old-driver":
+        info = h.usr_local / "Ascend" / "driver" / "version.info"
+        info.write_text(re.sub(r"(?m)^Version=.*$", "Version=24.1.0", info.read_text()))
+    elif fault == "hccn-entry":
+        conf = h.root / "etc" / "hccn.conf"
+        lines = conf.read_text().splitlines()
+        last = max(int(m.group(1)) for ln in lines if (m := re.match(r"address_(\d+)=", ln)))
+        conf.write_text("\n".join(ln for ln in lines if not ln.startswith(f"address_{last}=")) + "\n")
+    elif fault in ("link-down", "npu-alarm", "pair-unreachable"):
+        _device_fault(h, fault)
+    elif fault == "unreserved-ports":
+        _sh("nsenter", f"--net=/run/netns/{h.ns}", "sysctl", "-q", "-w", "net.ipv4.ip_local_reserved_ports=")
+    else:
+        raise LabEmuError(f"unknown host fault {fault!r}; one of {', '.join(HOST_FAULTS)}")
+
+
+def _device_fault(h: Host, fault: str) -> None:
+    table = h.root / "etc" / "k3lab-sim" / "node.json"
+    hw = json.loads(table.read_text())
+    faults = hw.setdefault("faults", {})
+    if fault == "link-down":
+        faults.setdefault("devices", {}).setdefault("2", {})["link"] = "DOWN"
+    elif fault == "npu-alarm":
+        faults.setdefault("devices", {}).setdefault("3", {})["health"] = "Alarm"
+    else:
+        hosts = sorted(int(x["index"]) for x in _state().get("hosts", []))
+        peer = Host(hosts[(hosts.index(h.index) + 1) % len(hosts)])
+        peer_hw = json.loads((peer.root / "etc" / "k3lab-sim" / "node.json").read_text())
+        faults["unreachable"] = [d[k] for d in peer_hw["devices"] for k in ("ip", "vnic_ip")]
+    table.write_text(json.dumps(hw, indent=2))
+
+
+def repair() -> None:
+    """Every host's files and port reservations as ``up`` made them."""
+    from k3lab.model import catalog
+
+    state = _state()
+    inv = yaml.safe_load(Path(state["inventory"]).read_text())
+    platform = catalog.get(state["scenario"]).platform
+    client_pub = (_client_key().with_suffix(".pub")).read_text()
+    hosts = [Host(int(h["index"])) for h in state["hosts"]]
+    for h, info in zip(hosts, state["hosts"]):
+        _filesystem(h, info["node"], platform, client_pub)
+    _reserve_planned(hosts, inv)
+
+
+def _break_or_repair(args: argparse.Namespace) -> int:
+    if args.action == "repair":
+        repair()
+        _log("every emulated host repaired")
+        return 0
+    from k3lab.model import siminventory
+    from k3lab.render import artefacts
+
+    state = _state()
+    if not args.node or not args.fault:
+        raise LabEmuError("break needs --node and --fault")
+    plan = artefacts.build(state["scenario"], siminventory.default(state["scenario"]), {}, "sim").plan
+    break_host(args.node, args.fault, Path(plan.expect.model_path).name)
+    _log(f"host of {args.node}: {HOST_FAULTS[args.fault]}")
+    return 0
+
+
 def cmd_labemu(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise EnvError("k3lab labemu: needs root (network namespaces, engines, sshd)")
@@ -524,6 +667,8 @@ def cmd_labemu(args: argparse.Namespace) -> int:
             return 0
         if args.action == "down":
             return down()
+        if args.action in ("break", "repair"):
+            return _break_or_repair(args)
         rows = status()
         if not rows:
             print("no emulated hosts")

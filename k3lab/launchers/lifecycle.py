@@ -105,7 +105,8 @@ def start_process(run: Run, proc: Process) -> None:
            "exec bash \"$K3_SCRIPT\" >> \"$K3_LOG\" 2>&1")
     # the environment the guide's interactive shell has in this image (shell parity), then the kit's own
     env = {**run.shell_env.get(proc.node, {}), "K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
-    if run.plan.target == "sim":
+    if run.plan.target == "sim" or any(d.id.startswith("emu-") for d in run.plan.deviations):
+        # the stand-ins' model load, on the sim and the emulated lab alike (its engines run the same stand-in)
         env["K3SIM_LOAD_SECONDS"] = os.environ.get("K3SIM_LOAD_SECONDS", "0.3")
         # the stand-in reports the vLLM-Ascend version its guide was validated on
         env["K3SIM_VLLM_VERSION"] = "0.23.0" if "0.23.0" in run.plan.seed else "0.30.0"
@@ -366,11 +367,16 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     run.save("starting")
     if tgt == "lab":
         _lab_preflight(run, pull, inv.accept, strict)
+        _host_stage(run)
     _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     try:
         _create_containers(run)
+        if tgt == "lab":  # NPU and HCCN proven before any engine loads a model (k3lab.launchers.hwstage)
+            from k3lab.launchers import hwstage
+
+            hwstage.gate(run.dir, run.timings)
         _launch_stages(run, progress)
         run.timings["up_s"] = time.monotonic() - started
         run.save("up")
@@ -469,6 +475,19 @@ def _lab_preflight(run: Run, pull: str, acceptances=(), strict: bool = False) ->
                            f"{f' and {len(outcome.warnings)} warning(s) under --strict' if strict else ''}; "
                            f"nothing was started")
     _log(f"lab preflight: {len(run.plan.nodes)} endpoints checked in {run.timings['lab_preflight_s']:.1f}s")
+
+
+def _host_stage(run: Run) -> None:
+    """Every node's host proven (k3lab.launchers.hoststage) before any container starts; helpers torn down."""
+    from k3lab.launchers import hoststage
+
+    assert isinstance(run.backend, LabBackend)
+    try:
+        hoststage.gate(run.plan, run.backend.pool, run.id, run.dir, run.timings)
+    except ChecksFailed:
+        run.save("host-stage-failed")
+        run.backend.remove_run()  # helper containers carry the run label
+        raise
 
 
 def _on_sigterm(signum, frame):
@@ -622,6 +641,12 @@ def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
     for why in backend.parallel(find, plan.nodes, HOST_DEADLINE_S).values():
         _log(why)
     run.save("attached")
+    from k3lab.launchers import hoststage
+
+    hoststage.gate(plan, backend.pool, run_id, run_dir, run.timings)  # attach mode proves the hosts first,
+    from k3lab.launchers import hwstage
+
+    hwstage.gate(run_dir, run.timings)  # then the hardware, before the suite
     _log(f"attached {run_id}: {scenario}, {len(backend.containers)}/{len(plan.nodes)} containers found, "
          f"run dir {run_dir}")
     return run

@@ -24,3 +24,14 @@ def command(run_dir: Path | str, *extra: str, junit: Path | str | None = None) -
     if junit is not None:
         argv.append(f"--junitxml={junit}")
     return argv + list(extra)
+
+
+# The suite's NPU and HCCN checks (npu-smi health rows, links, net health, TLS, addresses, LLDP, netdetect,
+# gateway, hccn.conf, spod-info, cross-node reachability): the lab's hardware stage before any engine starts.
+HARDWARE = "test_npu.py"
+
+
+def hardware_command(run_dir: Path | str, junit: Path | str) -> list[str]:
+    """argv of the hardware stage: the suite's NPU/HCCN file only, nodes in parallel inside the checks."""
+    return [sys.executable, "-m", "pytest", str(paths.CONFORMANCE / HARDWARE), f"--run-dir={run_dir}", *PLUGINS_OFF,
+            "-q", "-n", "0", f"--junitxml={junit}"]

@@ -217,6 +217,64 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
     return result
 
 
+# Time to the first actionable failure (issue #21): each fault present on one emulated host before
+# `k3lab cycle` starts, the stand-ins' model load a realistic 1800 s; the run must stop with exit 1
+# naming the host and the cause, within 60 s, and leave no container behind.
+FAIL_FAST_LOAD_S = 1800
+FAIL_FAST = [("link-down", "d2", "test_hccn_links_up[d2]"), ("no-config", "p1", "HST-CHECKPOINT"),
+             ("pair-unreachable", "p3", "test_cross_node_reachability")]
+
+
+def _capped(argv: list[str], cwd: str, env: dict, cap_s: float = 300) -> tuple[int, str]:
+    """Run a cycle; past ``cap_s`` it gets Ctrl-C (its teardown runs), so a fault the kit misses costs
+    minutes, not the simulated load."""
+    import signal
+
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=cap_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=180)
+    return proc.returncode, out
+
+
+def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
+    """Per fault: seconds from the start of ``k3lab cycle`` to its exit, the exit code, whether the output
+    names the node, its host and the cause, and what was left on the hosts."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("nsenter"):
+        return {"skipped": "needs root and nsenter (k3lab labemu)"}
+    import yaml
+
+    from k3lab.launchers import labemu
+
+    result: dict = {"load_s": FAIL_FAST_LOAD_S, "target_s": 60}
+    model_dir = Path(__import__("k3lab.tools.faults", fromlist=["rendered"]).rendered(scenario).plan.expect.model_path).name
+    with tempfile.TemporaryDirectory() as tmp:
+        inv = Path(tmp) / "lab.yaml"
+        try:
+            labemu.up(None, scenario, inv)
+            hosts = {n["name"]: n["local_ip"] for n in yaml.safe_load(inv.read_text())["nodes"]}
+            for fault, node, cause in FAIL_FAST:
+                labemu.break_host(node, fault, model_dir)
+                t = time.perf_counter()
+                code, text = _capped([sys.executable, "-m", "k3lab.cli.main", "cycle", scenario, "-i", str(inv)], tmp,
+                                     {**os.environ, "K3SIM_LOAD_SECONDS": str(FAIL_FAST_LOAD_S),
+                                      "K3LAB_RUNS": str(Path(tmp) / "runs")})
+                seconds = round(time.perf_counter() - t, 2)
+                left = [r for r in labemu.status() if r["containers"] not in ("none", "-")]
+                result[fault] = {"node": node, "seconds": seconds, "exit": code,
+                                 "names_node_and_host": f"{node} ({hosts[node]})" in text, "names_cause": cause in text,
+                                 "left_behind": [f"{r['host']}: {r['containers']}" for r in left],
+                                 "meets_target": seconds <= 60 and code == 1 and cause in text and not left}
+                labemu.repair()
+        finally:
+            labemu.down()
+    return result
+
+
 def main(out: str, scenarios: list[str], with_live: bool) -> int:
     doc: dict[str, Any] = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
            "targets": {"render_preflight_all_twelve_s": "well under 1",
@@ -228,6 +286,8 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
         doc["targets"]["lab_a3_pd_1m_cycle_s"] = 60
         doc["targets"]["exec_round_trips_per_node"] = 10
         doc["lab_a3_pd_1m"] = lab_cycle("a3_pd_1m")
+        doc["targets"]["lab_fail_fast_s"] = 60
+        doc["lab_fail_fast_a3_pd_1m"] = lab_fail_fast("a3_pd_1m")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=2))
     cli = doc["cli_render_preflight"]
@@ -239,5 +299,6 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
                          for sid, r in doc.get("scenarios", {}).items()},
                       "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
                                        if k in ("cycle_s", "up_s", "exec_round_trips_max", "load_average",
-                                                "skipped")}}, indent=2))
+                                                "skipped")},
+                      "lab_fail_fast_a3_pd_1m": doc.get("lab_fail_fast_a3_pd_1m")}, indent=2))
     return 0

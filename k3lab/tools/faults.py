@@ -44,10 +44,11 @@ class Fault:
     suite_args: tuple[str, ...] = ()  # live: extra pytest options for this row's suite (an opt-in module)
     lab: str = ""  # lab: how one emulated host breaks (k3lab.tools.labfaults.BREAK)
     lab_node: str = ""  # lab: the node whose host breaks
+    host: tuple[str, str] | None = None  # host stage on the emulated lab: (node, labemu host fault)
 
     @property
     def kind(self) -> str:
-        return "static" if self.mutate else "lab" if self.lab else "live"
+        return "static" if self.mutate else "lab" if self.lab else "host" if self.host else "live"
 
 
 # ------------------------------------------------------------------------- static mutations
@@ -340,7 +341,7 @@ LIVE = [
           running=[("d1", ["k3sim-fault", "set", "devices.3.health", "Alarm"])],
           revert=[("d1", ["k3sim-fault", "clear", "devices.3.health"])]),
     Fault("L-LINK-DOWN", "F5 device link DOWN (net health follows)", "a3_pd_1m",
-          S({"test_hccn_links_up[p1]", "test_hccn_net_health[p1]"}),
+          S({"test_hccn_links_up[p1]", "test_hccn_net_health[p1]", "test_hccn_lldp[p1]"}),
           running=[("p1", ["k3sim-fault", "set", "devices.2.link", "DOWN"])],
           revert=[("p1", ["k3sim-fault", "clear", "devices.2.link"])]),
     Fault("L-NET-HEALTH", "F5 device net health Fault", "a3_pd_1m", S({"test_hccn_net_health[d0]"}),
@@ -368,7 +369,7 @@ LIVE = [
           S({"test_npu_smi_devices_healthy[p3]"}), **_hw("p3", "devices.0.missing", "true"),
           message="prints 15 health rows, expected 16"),
     Fault("L-LINK-DOWN-OFF", "F5 device link DOWN (another node, another device)", "a3_pd_1m",
-          S({"test_hccn_links_up[d3]", "test_hccn_net_health[d3]"}),
+          S({"test_hccn_links_up[d3]", "test_hccn_net_health[d3]", "test_hccn_lldp[d3]"}),
           **_hw("d3", "devices.15.link", "DOWN"), message="d3: link DOWN on device(s) [15]"),
     Fault("L-NET-HEALTH-OFF", "F5 device net health Fault (another node, another device)", "a3_pd_1m",
           S({"test_hccn_net_health[p2]"}), **_hw("p2", "devices.11.net_health", "Fault"),
@@ -478,6 +479,8 @@ LIVE = [
     Fault("L-CONTAINER-STOPPED", "a node container exits (vLLM takes the whole DP group down)", "k3_a3_mixed",
           S({"test_container_running[node3]", "test_container_matches_plan[node3]", "test_npu_smi_devices_healthy[node3]",
              "test_hccn_links_up[node3]", "test_hccn_net_health[node3]", "test_hccn_device_addresses[node3]",
+             "test_hccn_lldp[node3]", "test_hccn_netdetect_gateway[node3]", "test_hccn_conf_names_every_device[node3]",
+             "test_spod_info[node3]",
              "test_hccn_tls_consistent", "test_cross_node_reachability", "test_staged_artefacts_match_rendered[node3]",
              "test_engine_ranks_claimed_once", "test_planned_ports_listen[node0]", "test_health[node0:8000]",
              "test_models_lists_served_name_and_limit[node0:8000]", "test_max_model_len_enforced[node0:8000]",
@@ -533,6 +536,7 @@ LIVE = [
           at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
           message="Device 7 Health Status: Alarm"),
 ]
+
 # On the emulated lab (root): one host broken; the kit's commands end in time, name the node and its host,
 # leave nothing on the hosts that answer, and down RUN finishes once the host is repaired (labfaults).
 _LAB_EXPECT = frozenset({"ends in time", "names node and host", "nothing left on reachable hosts",
@@ -545,7 +549,30 @@ LAB = [
     Fault("L-LAB-UNREACHABLE", "one host unreachable during teardown (link down, clients connected): "
           "teardown <= 90 s + 2 min", "a3_pd_1m", _LAB_EXPECT, lab="unreachable", lab_node="d2"),
 ]
-CATALOG = {f.id: f for f in STATIC + LIVE + LAB}
+
+
+def _host_fault(fid: str, node: str, fault: str, check: str, mode: str) -> Fault:
+    return Fault(fid, mode, "a3_pd_1m", S({f"{check}[{node}]"}), host=(node, fault))
+
+
+# Host-stage faults (issue #21), each present on one emulated host before the run: the host stage names
+# that node and nothing else; -OFF is the same fault on another node (other role, other endpoint kind).
+HOST = [
+    _host_fault("H-NO-CONFIG", "p1", "no-config", "HST-CHECKPOINT", "config.json missing on one host"),
+    _host_fault("H-NO-CONFIG-OFF", "d3", "no-config", "HST-CHECKPOINT", "config.json missing on another node"),
+    _host_fault("H-OTHER-CHECKPOINT", "p2", "other-checkpoint", "HST-CHECKPOINT-SAME",
+                "a different checkpoint on one host"),
+    _host_fault("H-OTHER-CHECKPOINT-OFF", "d0", "other-checkpoint", "HST-CHECKPOINT-SAME",
+                "a different checkpoint on another node"),
+    _host_fault("H-OLD-DRIVER", "p1", "old-driver", "HST-DRIVER", "older driver on one host"),
+    _host_fault("H-OLD-DRIVER-OFF", "d2", "old-driver", "HST-DRIVER", "older driver on another node"),
+    _host_fault("H-HCCN-ENTRY", "d3", "hccn-entry", "HST-HCCN-CONF", "/etc/hccn.conf lacks a device"),
+    _host_fault("H-HCCN-ENTRY-OFF", "p0", "hccn-entry", "HST-HCCN-CONF", "/etc/hccn.conf lacks a device, another node"),
+    _host_fault("H-PORTS", "d1", "unreserved-ports", "HST-PORTS", "KV ports in the ephemeral range, not reserved"),
+    _host_fault("H-PORTS-OFF", "p3", "unreserved-ports", "HST-PORTS", "ports not reserved on another node"),
+]
+
+CATALOG = {f.id: f for f in STATIC + LIVE + LAB + HOST}
 
 
 # ------------------------------------------------------------------------------------ running
@@ -646,6 +673,7 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
     for f in [f for f in faults if f.kind == "live" and f.at_start]:
         out.add(_row(f, _run_start_fault(f)))
     _run_lab(faults, out.add)
+    _run_host_faults(faults, out.add)
     return out.rows
 
 
@@ -658,6 +686,54 @@ def _run_lab(faults: list[Fault], add: Callable[[dict], None]) -> None:
 
     for f, observed, detail in labfaults.run_rows(faults):
         add({**_row(f, observed), **detail})
+
+
+def host_findings(scenario: str, inventory: Path) -> set[str]:
+    """The host stage alone against a lab inventory: ``CHECK[node]`` per finding."""
+    import uuid
+
+    from k3lab.launchers import hoststage
+    from k3lab.launchers.endpoints import ClientPool, SshOptions
+    from k3lab.model.select import load_inventory
+
+    inv, name = load_inventory(scenario, str(inventory))
+    plan = render.build(scenario, inv, {}, "lab", inventory_name=name).plan
+    pool = ClientPool(SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
+    try:
+        found = hoststage.run(plan, pool, f"faults-{uuid.uuid4().hex[:6]}")
+    finally:
+        pool.close()
+    return {f"{f.check}[{','.join(f.nodes)}]" for f in found}
+
+
+def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
+    """The host faults among ``faults`` on the emulated lab (root): one ``labemu up`` per scenario, a healthy baseline, each fault
+    broken on its host and repaired after its row; the lab always comes down."""
+    from k3lab.launchers import labemu
+
+    faults = [f for f in faults if f.kind == "host"]
+    if not faults:
+        return
+    if os.geteuid() != 0:
+        for f in faults:
+            add(_row(f, {"skipped: the emulated lab needs root"}))
+        return
+    for scenario in sorted({f.scenario for f in faults}):
+        inv = Path(tempfile.mkdtemp()) / f"{scenario}.yaml"
+        model_dir = Path(rendered(scenario).plan.expect.model_path).name
+        try:
+            labemu.up(None, scenario, inv)
+            add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")),
+                     host_findings(scenario, inv)))
+            for f in [f for f in faults if f.scenario == scenario]:
+                assert f.host is not None
+                labemu.break_host(f.host[0], f.host[1], model_dir)
+                try:
+                    add(_row(f, host_findings(scenario, inv)))
+                finally:
+                    labemu.repair()
+        finally:
+            labemu.down()
 
 
 def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:

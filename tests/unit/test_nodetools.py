@@ -33,11 +33,12 @@ def _node(platform="A3", devices=16):
 
 def test_every_per_node_query_is_in_the_batch():
     cmds = nodetools.commands(_node())
-    assert len([c for c in cmds if nodetools.HCCN in c]) == 16 * 4  # link, net_health, tls, vnic
+    # link, net_health, tls, lldp, netdetect, gateway, vnic
+    assert len([c for c in cmds if nodetools.HCCN in c]) == 16 * 7
     assert nodetools.hccn(5, "-vnic -g") in cmds and nodetools.hccn(5, "-ip -g") not in cmds
     assert "npu-smi info" in cmds and nodetools.cat("/root/run.sh") in cmds
     a2 = nodetools.commands(_node("A2", 8))
-    assert len([c for c in a2 if nodetools.HCCN in c]) == 8 * 4 and nodetools.hccn(7, "-ip -g") in a2  # no vNIC on A2
+    assert len([c for c in a2 if nodetools.HCCN in c]) == 8 * 7 and nodetools.hccn(7, "-ip -g") in a2  # no vNIC on A2
 
 
 def test_one_batch_per_node_for_every_thread_and_worker(tmp_path):

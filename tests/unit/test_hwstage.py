@@ -1,0 +1,55 @@
+"""The hardware stage's verdict: the suite's NPU/HCCN checks, read from their junit, name node and device."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from k3lab.launchers import hwstage, suite
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="1">
+<testcase classname="test_npu" name="test_npu_smi_devices_healthy[p1]" time="0.1"/>
+<testcase classname="test_npu" name="test_hccn_links_up[d3]" time="0.1"><failure message="AssertionError: d3 (10.213.0.18): 15/16 devices answered; expected 'link status: UP', seen {15: 'link status: DOWN'} (device -&gt; output)&#10;assert False">trace</failure></testcase>
+</testsuite></testsuites>"""
+
+
+def test_failures_name_the_check_node_and_device(tmp_path):
+    (tmp_path / "j.xml").write_text(JUNIT)
+    assert hwstage.failures(tmp_path / "j.xml") == [
+        ("test_hccn_links_up[d3]", "d3 (10.213.0.18): 15/16 devices answered; expected 'link status: UP', seen "
+                                   "{15: 'link status: DOWN'} (device -> output)")]
+
+
+def _fake_run(junit_text: str | None, rc: int):
+    def run(argv, **kw):
+        assert argv[3].endswith("test_npu.py") and "-n" in argv
+        if junit_text is not None:
+            Path(next(a for a in argv if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(junit_text)
+        return subprocess.CompletedProcess(argv, rc, "out", "err")
+    return run
+
+
+def test_a_failed_check_stops_the_run_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(hwstage.subprocess, "run", _fake_run(JUNIT, 1))
+    with pytest.raises(hwstage.HardwareStageFailed) as err:
+        hwstage.gate(tmp_path, {})
+    assert err.value.exit_code == 1 and "test_hccn_links_up[d3]" in str(err.value) and "nothing was launched" in str(err.value)
+
+
+def test_checks_that_did_not_run_never_pass(tmp_path, monkeypatch):
+    monkeypatch.setattr(hwstage.subprocess, "run", _fake_run(None, 4))
+    with pytest.raises(hwstage.HardwareStageFailed, match="did not run"):
+        hwstage.gate(tmp_path, {})
+
+
+def test_passing_checks_let_the_run_proceed(tmp_path, monkeypatch):
+    monkeypatch.setattr(hwstage.subprocess, "run", _fake_run(JUNIT.replace('failures="1"', 'failures="0"'), 0))
+    timings: dict[str, float] = {}
+    hwstage.gate(tmp_path, timings)
+    assert "hardware_stage_s" in timings
+
+
+def test_the_stage_runs_the_suites_own_file():
+    argv = suite.hardware_command("/runs/r", "/runs/r/j.xml")
+    assert argv[3].endswith("conformance/test_npu.py") and "--run-dir=/runs/r" in argv
