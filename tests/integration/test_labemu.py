@@ -123,7 +123,7 @@ def test_interrupted_up_leaves_nothing_on_any_host(lab, runs_dir):
                             preexec_fn=default_sigint)
     seen = ""
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 420  # lab preflight, host stage and hardware stage come first
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             seen += line
