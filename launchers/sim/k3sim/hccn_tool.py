@@ -25,8 +25,6 @@ PING_TIMEOUT_S = 1.0
 PING_COUNT = 3
 BUSY = "hccn_tool is busy, please try again."
 HCCS_BUSY = "The device is occupied. Please try again later."  # UDA_TOOL_HCCS_PING_RESOURCE_BUSY
-NET_HEALTH = ("Success", "Socket fail", "Receive timeout", "Unreachable", "Time exceeded", "Fault", "Init",
-              "Thread error", "Detect ip set", "Unknown")
 UNSET = "0.0.0.0"
 LOCK_FILE = os.environ.get("K3SIM_HCCN_LOCK", "/tmp/.k3sim-hccn_tool.lock")
 NO_IP = "Get ipconf failed, because no ip was preset there!"
