@@ -47,6 +47,12 @@ class Signature(BaseModel):
         return v
 
     @cached_property
+    def anchor(self) -> bytes:
+        """The longest literal every match contains (b"" when there is none): a fast ``bytes.find`` for it
+        finds the few candidate lines, and only those meet the regular expression."""
+        return b"" if self.ignorecase else _anchor(self.pattern)
+
+    @cached_property
     def regex(self) -> re.Pattern[bytes]:
         # bytes: logs are read as bytes (no decoding of 100 MB), and a leading literal keeps the scan fast
         return re.compile(self.pattern.encode(), re.IGNORECASE if self.ignorecase else 0)
@@ -66,6 +72,57 @@ class Signature(BaseModel):
             return Version(have) in SpecifierSet(m["spec"])
         except (InvalidVersion, InvalidSpecifier):
             return True  # an unparseable version says nothing against the signature
+
+
+def _literals(pattern: str) -> list[bytes]:
+    """The literal runs (ASCII, at least 3 bytes) every match of ``pattern`` contains, in order."""
+    try:
+        from re import _parser as sre  # type: ignore[attr-defined]  # the stdlib's own pattern parser
+
+        items = sre.parse(pattern).data
+        literal = sre.LITERAL
+    except Exception:  # noqa: BLE001 - no literal only costs speed
+        return []
+    out, run = [], bytearray()
+    for op, arg in [*items, (None, None)]:
+        if op is literal and arg < 128:  # ASCII: the logs are searched as bytes
+            run.append(arg)
+            continue
+        if len(run) >= 3:
+            out.append(bytes(run))
+        run = bytearray()
+    return out
+
+
+def _anchor(pattern: str) -> bytes:
+    return max(_literals(pattern), key=len, default=b"")
+
+
+SHARED_MIN = 9  # a needle shared by several signatures is at least this long (shorter ones are too common)
+
+
+def needles(signatures: list[Signature]) -> list[tuple[bytes, list[int]]]:
+    """Few needles for many signatures: greedily, the substring (>= SHARED_MIN bytes) of their literals that
+    the most signatures not yet covered contain; a signature no shared needle covers keeps its own anchor
+    (b"": no literal, the regex scans the whole file). One ``bytes.find`` pass per needle, not per signature."""
+    cands: dict[bytes, set[int]] = {}
+    for i, sig in enumerate(signatures):
+        subs = {run[k:k + n] for run in ([] if sig.ignorecase else _literals(sig.pattern))
+                for n in range(SHARED_MIN, min(len(run), 24) + 1) for k in range(len(run) - n + 1)}
+        for sub in subs:
+            cands.setdefault(sub, set()).add(i)
+    left, out = set(range(len(signatures))), []
+    while cands:
+        best = max(cands, key=lambda x: (len(cands[x] & left), len(x), x))
+        covered = cands.pop(best) & left
+        if len(covered) < 2:
+            break
+        out.append((best, sorted(covered)))
+        left -= covered
+    by_anchor: dict[bytes, list[int]] = {}
+    for i in sorted(left):
+        by_anchor.setdefault(signatures[i].anchor, []).append(i)
+    return out + sorted(by_anchor.items())
 
 
 def _version_of(versions: dict[str, str], package: str) -> str | None:
@@ -107,6 +164,15 @@ class Catalogue(BaseModel):
                 raise ValueError(f"cause {c.id} appears twice")
             seen.add(c.id)
         return self
+
+    @cached_property
+    def signatures(self) -> list[tuple[Cause, Signature]]:
+        return [(c, sig) for c in self.causes for sig in c.signatures]
+
+    @cached_property
+    def needles(self) -> list[tuple[bytes, list[int]]]:
+        """Needles over :attr:`signatures` (indexes into it), see :func:`needles`."""
+        return needles([sig for _, sig in self.signatures])
 
     def get(self, cause_id: str) -> Cause:
         return next(c for c in self.causes if c.id == cause_id)

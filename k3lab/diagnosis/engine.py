@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab.diagnosis import catalogue as _catalogue
-from k3lab.diagnosis.catalogue import Catalogue, Cause
+from k3lab.diagnosis.catalogue import Catalogue, Cause, Signature
 from k3lab.diagnosis.logs import NO_NODE, Layout, LogFile, check_dir, collect
 from k3lab.model import runs
 
@@ -162,21 +162,61 @@ def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
     return out
 
 
-def _scan(f: LogFile, cause: Cause, versions: dict[str, str]) -> _Hits | None:
-    positions: list[int] = []
-    count = 0
-    for sig in cause.signatures:
-        if not sig.holds_for(versions):
-            continue
-        for n, m in enumerate(sig.regex.finditer(f.data)):
-            if n >= MAX_MATCHES:
-                break
-            count += 1
-            if len(positions) < 4 * KEEP:
-                positions.append(m.start())
-    if not count:
-        return None
-    return _Hits(count, _evidence(f, sorted(set(positions))))
+MAX_CANDIDATES = 200_000  # lines holding one needle in one file that are tried at most
+
+
+class _Seen:
+    """Per signature of one file: matches counted (to MAX_MATCHES) and the first line starts kept."""
+
+    def __init__(self) -> None:
+        self.count: dict[int, int] = {}
+        self.starts: dict[int, list[int]] = {}
+
+    def add(self, i: int, start: int) -> bool:
+        n = self.count.get(i, 0)
+        if n >= MAX_MATCHES:
+            return False
+        self.count[i] = n + 1
+        kept = self.starts.setdefault(i, [])
+        if len(kept) < 4 * KEEP:
+            kept.append(start)
+        return True
+
+
+def _scan_needle(data: bytes, needle: bytes, sigs: list[tuple[int, Signature]], seen: _Seen) -> None:
+    """Lines holding ``needle`` tried against each signature that shares it (b"": the whole file, by regex)."""
+    if not needle:
+        for i, sig in sigs:
+            for m in sig.regex.finditer(data):
+                if not seen.add(i, _line_at(data, m.start())[0]):
+                    break
+        return
+    pos, tried = data.find(needle), 0
+    while pos >= 0 and tried < MAX_CANDIDATES:
+        start, end = _line_at(data, pos)
+        for i, sig in sigs:
+            if sig.regex.search(data, start, end):
+                seen.add(i, start)
+        tried += 1
+        pos = data.find(needle, end)
+
+
+def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
+    """Every active signature over one file, grouped by cause id."""
+    seen = _Seen()
+    pairs = cat.signatures
+    for needle, idx in cat.needles:
+        sigs = [(i, pairs[i][1]) for i in idx if i in active]
+        if sigs:
+            _scan_needle(f.data, needle, sigs, seen)
+    out: dict[str, _Hits] = {}
+    by_cause: dict[str, list[int]] = {}
+    for i in seen.count:
+        by_cause.setdefault(pairs[i][0].id, []).append(i)
+    for cid, idx in by_cause.items():
+        starts = sorted({s for i in idx for s in seen.starts[i]})
+        out[cid] = _Hits(sum(seen.count[i] for i in idx), _evidence(f, starts))
+    return out
 
 
 def _iso_seconds(value: object) -> float | None:
@@ -267,9 +307,11 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
     versions = {**found_versions, **(versions or {})}
     gate = _gate(root)
     rank = _node_rank(layout.nodes, gate)
+    active = {i for i, (_, sig) in enumerate(cat.signatures) if sig.holds_for(versions)}
+    per_file = [_scan(f, cat, active) for f in layout.files]
     findings = []
     for cause in cat.causes:
-        hits = [h for f in layout.files if (h := _scan(f, cause, versions))]
+        hits = [h for found in per_file if (h := found.get(cause.id))]
         hits += _exit_hits(layout, cause) if cause.exit_codes else []
         hits += _check_hits(rows, cause) if cause.checks else []
         if hits:

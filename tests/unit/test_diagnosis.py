@@ -198,3 +198,20 @@ def test_broken_catalogue_names_file_and_field(tmp_path):
                    "    signatures: [{pattern: '(unclosed'}]\n    explanation: e\n    remedy: r\n    sources: [s]\n")
     with pytest.raises(InputError, match=r"c\.yaml: field causes\.0\.signatures\.0\.pattern"):
         catalogue.load(bad)
+
+
+def test_bench_run_is_a_17_node_failure_rooted_on_d3(tmp_path):
+    from k3lab.tools import bench
+
+    root = bench._diagnosis_run(tmp_path, total_mb=2)
+    d = diagnose(root)
+    assert len(d.nodes) == 17 and d.top.cause.id == "npu-oom" and d.top.node == "d3"
+    assert [f.cause.id for f in d.findings] == ["npu-oom", "hccl-link-timeout"]
+
+
+def test_shared_needles_cover_every_signature():
+    covered = sorted(i for _, idx in CAT.needles for i in idx)
+    assert covered == list(range(len(CAT.signatures)))
+    for needle, idx in CAT.needles:
+        for i in idx:
+            assert needle in CAT.signatures[i][1].pattern.encode().replace(b"\\", b""), (needle, i)

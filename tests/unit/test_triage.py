@@ -62,7 +62,8 @@ def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monke
 
     run = tmp_path / "runs" / "r1"
     (run / "evidence" / "d3").mkdir(parents=True)
-    (run / "run-state.json").write_text(json.dumps({"run": "r1", "status": "failed"}))
+    (run / "run-state.json").write_text(json.dumps({"run": "r1", "status": "failed", "scenario": "a3_pd"}))
+    (run / "plan.json").write_text(json.dumps({"scenario": "a3_pd", "nodes": [{"name": "p0"}, {"name": "d3"}]}))
     shutil.copy(LOGS / "npu-oom" / "2.log", run / "evidence" / "d3" / "engine.log")
 
     def failing_up(*a, **kw):
