@@ -42,6 +42,8 @@ class Fault:
     revert: list[tuple[str, list[str]]] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # live, at start: the kit's environment for up and the suite
     suite_args: tuple[str, ...] = ()  # live: extra pytest options for this row's suite (an opt-in module)
+    # live: the top diagnosis the run's logs must give (k3lab.diagnosis): "<cause id>" or "<cause id>@<node>"
+    diagnosis: str = ""
     lab: str = ""  # lab: how one emulated host breaks (k3lab.tools.labfaults.BREAK)
     lab_node: str = ""  # lab: the node whose host breaks
     host: tuple[str, str] | None = None  # host stage on the emulated lab: (node, labemu host fault)
@@ -437,13 +439,13 @@ LIVE = [
     Fault("L-LONG-OOM", "Prefill engines run out of HBM on a prompt near max_model_len (K3.1 §5.2.2)", "a3_pd_1m",
           S({"test_long_requests_complete_through_the_entrypoint"}),
           running=[(f"p{i}", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"]) for i in range(4)],
-          suite_args=("--long-requests", "-m", "long_requests"), message="request 0: HTTP 500"),
+          suite_args=("--long-requests", "-m", "long_requests"), message="request 0: HTTP 500", diagnosis="npu-oom"),
     # Off-sample: only Decode d3 runs out, seen when the requests spread over every Decode (4 at once)
     Fault("L-LONG-OOM-OFF", "Decode d3 runs out of HBM on a prompt near max_model_len (another node)", "a3_pd_1m",
           S({"test_long_requests_complete_through_the_entrypoint"}),
           running=[("d3", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"])],
           suite_args=("--long-requests", "--long-request-concurrency", "4", "-m", "long_requests"),
-          message="HTTP 502: Decode backend request to /completions failed"),
+          message="HTTP 502: Decode backend request to /completions failed", diagnosis="npu-oom@d3"),
     # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
     # reverted in place so the rows share one bring-up.
     Fault("L-TOOL-FORCED", "the model calls the first tool whatever it is asked (served by d0)", "a3_pd_1m",
@@ -460,12 +462,12 @@ LIVE = [
           S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
           running=[("d2", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
           revert=[("d2", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
-          message="Decode d2 did not pull KV from Prefill p0"),
+          message="Decode d2 did not pull KV from Prefill p0", diagnosis="mooncake-connect-failure"),
     Fault("L-KV-PULL-D3", "Decode d3 cannot reach the Prefill KV ports (off-sample)", "a3_pd_1m",
           S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
           running=[("d3", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
           revert=[("d3", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
-          message="Decode d3 did not pull KV from Prefill p0"),
+          message="Decode d3 did not pull KV from Prefill p0", diagnosis="mooncake-connect-failure"),
     Fault("L-DP-RANK-IGNORED", "the head API ignores X-data-parallel-rank (status codes stay right)", "k3_a3_mixed",
           S({"test_dp_rank_routing", "test_every_api_engine_serves"}),
           running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
@@ -498,7 +500,7 @@ LIVE = [
           S({"test_pool_hits_across_engines"}), at_start={"hw": {"p6": {"engine": {"hash_seed": "7"}}}}),
     # P1 (PP rank 1) binds handshake ports 36016-36031; it starts in the workers stage
     Fault("L-KV-PORT-TAKEN", "F1/F2 a KV port is held before the engine starts", "a3_pd_1m", S({"gate:workers"}),
-          at_start={"hold_port": {"p1": 36016}}, message="Address already in use"),
+          at_start={"hold_port": {"p1": 36016}}, message="Address already in use", diagnosis="mooncake-kv-port-in-use@p1"),
     Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
           S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
     Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
@@ -752,8 +754,10 @@ def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
             except RuntimeError as exc:
                 add(_row(f, {f"injection failed: {exc}"}))
             else:
-                add(_row(f, _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml",
-                                                   list(f.suite_args)))))
+                caught = _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml", list(f.suite_args)))
+                if f.diagnosis:
+                    lifecycle.collect(run)  # the logs as they are now, for the diagnosis
+                add(_row(f, caught | diagnosed(f, run.dir)))
             if f.revert and _revert(run, f):
                 continue  # undone in place: the next fault of this scenario shares the deployment
             lifecycle.down(run)  # a fault may leave a node broken: the next fault gets a fresh deployment
@@ -798,15 +802,33 @@ def _start_fault(f: Fault) -> set[str]:
         run = lifecycle.up(f.scenario, None, {}, "sim", sim_faults=f.at_start)
     except (lifecycle.GateFailed, RuntimeError) as exc:
         stage = exc.stage if isinstance(exc, lifecycle.GateFailed) else str(exc).split(":", 1)[0].removeprefix("stage ")
-        return {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
+        gate = {f"gate:{stage}"} if f.message in str(exc) else {f"gate:{stage} (message lacks {f.message!r})"}
+        return gate | diagnosed(f, getattr(exc, "run_dir", None))
     try:
-        return _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml", list(f.suite_args)))
+        caught = _caught(f, conformance(run.dir, Path(tempfile.mkdtemp()) / f"{f.id}.xml", list(f.suite_args)))
+        if f.diagnosis:
+            lifecycle.collect(run)
+        return caught | diagnosed(f, run.dir)
     finally:
         lifecycle.down(run)
 
 
+def diagnosed(f: Fault, run_dir: Path | None) -> set[str]:
+    """``diagnosis:<top cause>[@<node>]`` of the run's collected logs, for a row that states one (else nothing)."""
+    if not f.diagnosis:
+        return set()
+    from k3lab.diagnosis.engine import diagnose
+
+    top = diagnose(run_dir).top if run_dir is not None and run_dir.is_dir() else None
+    if top is None:
+        return {"diagnosis:(none)"}
+    return {f"diagnosis:{top.cause.id}" + (f"@{top.node}" if "@" in f.diagnosis else "")}
+
+
 def _row(f: Fault, observed: set[str], want: frozenset[str] | None = None) -> dict:
     want = f.expect if want is None else want
+    if f.diagnosis and want == f.expect:  # a row that states its cause fails when the diagnosis misses it
+        want = want | {f"diagnosis:{f.diagnosis}"}
     return {"fault": f.id, "mode": f.mode, "scenario": f.scenario, "kind": f.kind, "expected": sorted(want),
             "observed": sorted(observed), "verdict": "ok" if set(observed) == set(want) else "MISMATCH"}
 

@@ -215,3 +215,21 @@ def test_shared_needles_cover_every_signature():
     for needle, idx in CAT.needles:
         for i in idx:
             assert needle in CAT.signatures[i][1].pattern.encode().replace(b"\\", b""), (needle, i)
+
+
+def test_fault_rows_state_catalogued_diagnoses_and_fail_without_them(tmp_path):
+    from k3lab.tools import faults
+
+    stated = {f.id: f.diagnosis for f in faults.CATALOG.values() if f.diagnosis}
+    assert {"L-KV-PORT-TAKEN", "L-LONG-OOM", "L-LONG-OOM-OFF", "L-KV-PULL-D2"} <= set(stated)
+    for fid, want in stated.items():
+        assert faults.CATALOG[fid].kind == "live" and want.split("@")[0] in CAT.ids, fid
+    f = faults.CATALOG["L-LONG-OOM-OFF"]
+    (tmp_path / "evidence" / "d3").mkdir(parents=True)
+    (tmp_path / "run-state.json").write_text("{}")
+    assert faults.diagnosed(f, tmp_path) == {"diagnosis:(none)"}
+    shutil.copy(LOGS / "npu-oom" / "1.log", tmp_path / "evidence" / "d3" / "engine.log")
+    seen = set(f.expect) | faults.diagnosed(f, tmp_path)
+    assert seen == set(f.expect) | {"diagnosis:npu-oom@d3"}
+    assert faults._row(f, seen)["verdict"] == "ok"
+    assert faults._row(f, set(f.expect) | {"diagnosis:(none)"})["verdict"] == "MISMATCH"

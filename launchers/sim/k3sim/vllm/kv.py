@@ -16,6 +16,7 @@ import itertools
 import os
 import random
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -31,8 +32,21 @@ WHERE_MC = "mooncake_connector.py"
 
 def _zmq_bind_error(exc: OSError, host: str, port: int) -> StartupError:
     reason = "Address already in use" if exc.errno == 98 else (exc.strerror or str(exc))
+    # the sending thread logs the exception before it reaches the engine (vllm-ascend #8938)
+    said = [("ERROR", "mooncake_connector.py:246", f"Mooncake KVCacheSendingThread exception: {reason} "
+             f"(addr='tcp://{host}:{port}')")]
     return StartupError("zmq.error.ZMQError", f"{reason} (addr='tcp://{host}:{port}')",
-                        "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py", stage="engine")
+                        "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py", stage="engine",
+                        pre_log=said)
+
+
+def _transport_error(host: str, port: int, status: int = 103900) -> None:
+    """The Ascend direct transport's own glog line on stderr when it cannot reach a peer (vllm-ascend #4866)."""
+    now = time.time()
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+    sys.stderr.write(f"E{stamp} {threading.get_native_id()} ascend_direct_transport.cpp:820] Failed to connect to "
+                     f"target: {host}:{port}, status: {status}\n")
+    sys.stderr.flush()
 
 
 class _PullFailed(Exception):
@@ -259,6 +273,7 @@ class MooncakeSide:
                 raise ConnectionRefusedError(111, "Connection refused")
             chan = wire.connect(host, port, timeout)
         except OSError as exc:
+            _transport_error(host, port)
             raise _PullFailed(f"handshake with tcp://{host}:{port} failed: {exc.strerror or exc}") from None
         try:
             chan.settimeout(timeout)

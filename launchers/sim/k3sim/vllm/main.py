@@ -22,12 +22,16 @@ def _report(exc: StartupError, log: Logger, engine_rank: int | None) -> int:
     text = exc.message
     if exc.stage == "engine" and engine_rank is not None:
         elog = engine_logger(engine_rank)
+        for level, at, line in exc.pre_log:  # what the failing component logged itself, before the traceback
+            elog.log(level, at, "%s", line)
         elog.error("core.py:708", "EngineCore failed to start.")
         elog.traceback(exc.exc_type, text, [frame]) if text else elog.traceback(exc.exc_type, "", [frame])
         if not log.prefix or log is api:
             api.traceback("RuntimeError", "Engine core initialization failed. See root cause above. Failed core "
                           f"proc(s): {{'EngineCore_DP{engine_rank}': 1}}", _FRAMES_API)
     else:
+        for level, at, line in exc.pre_log:
+            log.log(level, at, "%s", line)
         log.traceback(exc.exc_type, text, _FRAMES_API + [frame])
     return 1
 

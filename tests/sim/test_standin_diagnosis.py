@@ -1,0 +1,78 @@
+"""The stand-ins fail like the real components: what they print for each fault they can produce is
+diagnosed as its catalogued cause (k3lab.diagnosis), and a healthy engine's output as nothing."""
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+from k3lab.diagnosis.engine import diagnose
+from tests.sim import _standin
+from tests.sim._vllm import VLLM, chat, env, free_port, model_dir, request, wait_exit, wait_ready
+from tests.sim.test_standin_vllm_kv import _kv, _serve
+from tests.sim.test_standin_vllm_topology import BASE, _completion
+
+procs = _standin.procs
+
+
+def _top(tmp_path: Path, node: str, *texts: str) -> tuple[str | None, str | None]:
+    d = tmp_path / "evidence-like" / node
+    d.mkdir(parents=True)
+    (d / "engine.log").write_text("".join(texts))
+    found = diagnose(d.parent)
+    return (found.top.cause.id, found.top.node) if found.top else (None, None)
+
+
+def _run(tmp_path: Path, argv: list[str], **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(VLLM + argv, env=env(tmp_path, **extra), capture_output=True, text=True, timeout=20)
+
+
+def test_kv_port_taken(tmp_path, procs):
+    kv = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", kv + 1))
+        holder.listen()
+        p = procs(VLLM + _serve(model_dir(tmp_path), free_port(), _kv("kv_producer", kv)), env(tmp_path))
+        assert wait_exit(p) == 1
+    assert _top(tmp_path, "p1", p.out, p.err) == ("mooncake-kv-port-in-use", "p1")
+
+
+def test_api_port_taken(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        r = _run(tmp_path, ["serve", str(model_dir(tmp_path)), "--port", str(holder.getsockname()[1])])
+    assert _top(tmp_path, "d0", r.stdout, r.stderr) == ("port-in-use", "d0")
+
+
+def test_missing_model_files(tmp_path):
+    r = _run(tmp_path, ["serve", str(tmp_path / "absent"), "--port", str(free_port())])
+    assert _top(tmp_path, "node0", r.stdout, r.stderr) == ("model-files-missing", "node0")
+
+
+def test_unknown_parser(tmp_path):
+    r = _run(tmp_path, ["serve", str(model_dir(tmp_path)), "--port", str(free_port()), "--enable-auto-tool-choice",
+                        "--tool-call-parser", "kimi_k9"])
+    assert r.returncode == 1
+    assert _top(tmp_path, "d2", r.stdout, r.stderr) == ("unknown-parser", "d2")
+
+
+def test_out_of_memory(tmp_path, procs):
+    port = free_port()
+    p = procs(VLLM + ["serve", str(model_dir(tmp_path)), "--port", str(port), *BASE],
+              env(tmp_path, faults={"engine": {"oom_prompt_tokens": 1000}}))
+    wait_ready(p, port)
+    assert _completion(port, 1001)[0] != 200
+    assert wait_exit(p) == 1
+    assert _top(tmp_path, "d3", p.out, p.err) == ("npu-oom", "d3")
+
+
+def test_healthy_engine_output_matches_nothing(tmp_path, procs):
+    port = free_port()
+    p = procs(VLLM + ["serve", str(model_dir(tmp_path)), "--port", str(port), *BASE], env(tmp_path))
+    wait_ready(p, port)
+    for _ in range(3):
+        assert request(port, "/v1/chat/completions", chat())[0] == 200
+    assert request(port, "/v1/chat/completions", chat("x " * 9000))[0] == 400  # a refused request is no failure
+    p.kill()
+    assert _top(tmp_path, "p0", p.out, p.err) == (None, None)
