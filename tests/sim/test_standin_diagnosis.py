@@ -76,3 +76,40 @@ def test_healthy_engine_output_matches_nothing(tmp_path, procs):
     assert request(port, "/v1/chat/completions", chat("x " * 9000))[0] == 400  # a refused request is no failure
     p.kill()
     assert _top(tmp_path, "p0", p.out, p.err) == (None, None)
+
+
+# --- MemCache MetaService ----------------------------------------------------------------------
+
+def test_metaservice_lock_held(tmp_path):
+    import fcntl
+
+    from tests.sim._standin import run
+    from tests.sim.test_standin_memcache import META, meta_conf, ports
+    from tests.sim.test_standin_memcache import env as mmc_env
+
+    with open(tmp_path / "mmc_meta_service.lock", "w") as held:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        done = run(META, mmc_env(tmp_path, MMC_META_CONFIG_PATH=str(meta_conf(tmp_path, ports()))))
+    assert _top(tmp_path, "meta", done.stdout, done.stderr) == ("memcache-meta-locked", "meta")
+
+
+def test_metaservice_bad_config(tmp_path):
+    from tests.sim._standin import run
+    from tests.sim.test_standin_memcache import META, meta_conf, ports
+    from tests.sim.test_standin_memcache import env as mmc_env
+
+    conf = meta_conf(tmp_path, ports(), "ock.mmc.evict_threshold_low = often")
+    done = run(META, mmc_env(tmp_path, MMC_META_CONFIG_PATH=str(conf)))
+    assert _top(tmp_path, "meta", done.stdout, done.stderr) == ("memcache-config-invalid", "meta")
+
+
+def test_healthy_metaservice_logs_match_nothing(tmp_path, procs):
+    from tests.sim.test_standin_memcache import META, launched, meta_conf, ports
+    from tests.sim.test_standin_memcache import env as mmc_env
+
+    _standin.write_node(tmp_path, platform="A3")
+    proc = procs(META, mmc_env(tmp_path, MMC_META_CONFIG_PATH=str(meta_conf(tmp_path, ports()))))
+    launched(tmp_path, proc)
+    proc.kill()
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "mmc-logs").rglob("*.log")))
+    assert logs and _top(tmp_path, "meta", proc.out, proc.err, logs) == (None, None)
