@@ -6,6 +6,7 @@ They turn parsed arguments into calls of the bring-up engine (k3lab.launchers.li
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
@@ -168,10 +169,25 @@ def _fault(args: argparse.Namespace):
     return fault
 
 
+RUN_ID_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
+
+
+def run_id(run: str | None) -> str:
+    """A run id names one directory under runs/ and a container label: never empty, never a path
+    (an empty ``$RUN`` in a script must not mean every run, ``../x`` must not read outside runs/)."""
+    if run is None or not re.fullmatch(RUN_ID_RE, run) or run.strip(".") == "":
+        raise UsageError(f"not a run id: {run!r} (k3lab status lists them: letters, digits, '_', '.', '-')")
+    return run
+
+
 def cmd_down(args: argparse.Namespace) -> int:
-    if args.all or not args.run:
+    if args.all:
+        if args.run is not None:
+            raise UsageError("k3lab down: give a run id or --all, not both")
         return down_all()
-    endpoints, ssh = _run_endpoints(args.run)
+    if args.run is None:
+        raise UsageError("k3lab down: give a run id (k3lab status) or --all")
+    endpoints, ssh = _run_endpoints(run_id(args.run))
     path = RUNS / args.run / runs.RUN_STATE
     state = runs.run_state(RUNS / args.run) if path.is_file() else None
     # a teardown that could not reach every host recorded the rest: finish those
@@ -189,7 +205,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    endpoints, ssh = _run_endpoints(args.run) if args.run else ({"local": LOCAL_ENDPOINT}, SshOptions())
+    endpoints, ssh = (_run_endpoints(run_id(args.run)) if args.run is not None
+                      else ({"local": LOCAL_ENDPOINT}, SshOptions()))
     pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
     nodes_of: dict[str, list[str]] = {}

@@ -22,7 +22,7 @@ import shlex
 import threading
 from pathlib import Path
 
-from k3lab.conformance.toolparse import BUSY
+from k3lab.conformance.toolparse import BUSY, ipv4
 from k3lab.launchers.endpoints import CommandResult, FileState
 
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -48,6 +48,14 @@ def retrying(cmd: str) -> str:
 
 def hccn(device: int, option: str) -> str:
     return retrying(f"{HCCN} -i {device} {option}")
+
+
+def ping(device: int, verb: str, address: str) -> str:
+    """Shell: ``hccn_tool -i DEVICE VERB -g address ADDRESS`` (verb -ping or -hccs_ping), retried
+    while busy. The address, read from another node's tool, is checked (IPv4) and quoted."""
+    if verb not in ("-ping", "-hccs_ping"):
+        raise ValueError(f"not a ping verb: {verb!r}")
+    return hccn(int(device), f"{verb} -g address {shlex.quote(ipv4(address))}")
 
 
 def hccn_options(node) -> list[str]:

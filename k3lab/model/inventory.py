@@ -33,10 +33,13 @@ _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
 IMAGE_RE = (rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
             r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+# C0 and C1 controls and the bidi marks, embeddings, overrides and isolates: a value holding one
+# shows on a terminal as another text than it is (or drives the terminal)
+UNSAFE_CHARS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 # absolute, one line, and nothing that would need escaping inside a JSON string or printf format
-PATH_RE = r"/[^\x00-\x1f\x7f\"\\%]{0,4095}"
+PATH_RE = rf"/[^{UNSAFE_CHARS}\"\\%]{{0,4095}}"
 _ENDPOINT_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
-ENDPOINT_RE = (rf"unix:///[^\s\x00-\x1f\x7f]+|tcp://{_ENDPOINT_HOST}:[0-9]{{1,5}}"
+ENDPOINT_RE = (rf"unix:///[^\s{UNSAFE_CHARS}]+|tcp://{_ENDPOINT_HOST}:[0-9]{{1,5}}"
                rf"|ssh://[A-Za-z0-9_][A-Za-z0-9_.-]{{0,31}}@{_ENDPOINT_HOST}(?::[0-9]{{1,5}})?")
 RANGE_RE = r"[0-9]{1,5}-[0-9]{1,5}"
 # Matched with re.fullmatch (compiled on first use, then cached by re): without --inventory nothing is

@@ -36,6 +36,14 @@ def test_version(capsys):
     (["preflight"], "give a SCENARIO or --list"),
     (["faults", "--id", "S-DP-RANK"], "did you mean"),
     (["up", "nope"], "unknown scenario 'nope'"),
+    # an empty $RUN in a script is not every run; a path is not a run id (no read outside runs/)
+    (["down", ""], "not a run id: ''"),
+    (["down"], "give a run id (k3lab status) or --all"),
+    (["down", "r1", "--all"], "not both"),
+    (["down", "../x"], "not a run id: '../x'"),
+    (["status", "../x"], "not a run id: '../x'"),
+    (["status", ".."], "not a run id: '..'"),
+    (["down", "/etc"], "not a run id"),
 ])
 def test_usage_errors_exit_2_with_a_hint(capsys, tmp_path, argv, words):
     os.chdir(tmp_path)
