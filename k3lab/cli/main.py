@@ -345,6 +345,7 @@ def _add_compare(sub) -> None:
     p.add_argument("b", metavar="B", help="release or run directory: the candidate")
     formats.add(p, choices=("text", "markdown", "json"))
     p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file (or symlink, never its target)")
     p.add_argument("--policy", metavar="FILE", help="gate policy for run directories and thresholds (default policy)")
     p.set_defaults(fn=lazy("k3lab.tools.compare", "cmd_compare"))
 

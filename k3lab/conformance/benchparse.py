@@ -13,12 +13,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from k3lab.model import apikey
+from k3lab.model import apikey, numbers
 
 THRESHOLD = 0.97  # vllm-ascend nightly perf default
 TOLERANCE = 1.0   # vllm-ascend nightly accuracy default, absolute points
@@ -87,11 +86,16 @@ def parse_bench_result(text: str) -> dict[str, Any]:
     return doc
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def requests_gates(result: dict[str, Any], num_prompts: int) -> list[Gate]:
-    """The guide: check that all requests succeeded."""
+    """The guide: check that all requests succeeded (and that there were some: 0 of 0 measures nothing)."""
     completed, failed = result.get("completed"), result.get("failed", 0)
-    return [Gate("completed", completed, num_prompts, f"== {num_prompts} prompts", completed == num_prompts),
-            Gate("failed", failed, 0, "== 0", failed == 0)]
+    return [Gate("completed", completed, num_prompts, f"== {num_prompts} prompts (> 0)",
+                 _is_count(completed) and completed == num_prompts > 0),
+            Gate("failed", failed, 0, "== 0", _is_count(failed) and failed == 0)]
 
 
 def _higher_is_better(metric: str) -> bool:
@@ -108,8 +112,8 @@ def gate_perf(result: dict[str, Any], baseline: dict[str, float], threshold: flo
         raise ValueError(f"threshold must be in (0, 1], not {threshold}")
     gates = []
     for metric, base in baseline.items():
-        value = result.get(metric)
-        value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+        # NaN, Infinity, true or a negative number is no measurement: it fails its gate
+        value = numbers.finite_or_none(result.get(metric))
         if _higher_is_better(metric):
             limit, rule = threshold * base, f">= {threshold:g} x baseline {base:g}"
             ok = value is not None and value >= limit
@@ -136,8 +140,11 @@ def parse_baseline(text: str) -> Baseline:
         raise ValueError("baseline needs a non-empty 'metrics' object, e.g. {\"output_throughput\": 120.0}")
     for metric in metrics:
         _higher_is_better(metric)  # rejects metrics without a known direction early
-    return Baseline({k: float(v) for k, v in metrics.items()}, dict(doc.get("workload") or {}),
-                    doc.get("threshold"), str(doc.get("source", "")))
+    threshold = doc.get("threshold")
+    if threshold is not None:
+        threshold = numbers.measured(threshold, "baseline threshold", 0, 1, lo_open=True)
+    return Baseline({k: numbers.measured(v, f"baseline {k}", lo_open=True) for k, v in metrics.items()},
+                    dict(doc.get("workload") or {}), threshold, str(doc.get("source", "")))
 
 
 # -------------------------------------------------------------------------------------- AISBench
@@ -226,12 +233,14 @@ def parse_aisbench_perf(doc: str | dict[str, Any]) -> float:
 
 def gate_accuracy(acc: float, baseline: float, tolerance: float = TOLERANCE) -> Gate:
     lo, hi = baseline - tolerance, baseline + tolerance
-    return Gate("accuracy", acc, baseline, f"within {baseline:g} +/- {tolerance:g}", lo <= acc <= hi)
+    return Gate("accuracy", acc, baseline, f"within {baseline:g} +/- {tolerance:g}",
+                numbers.finite_or_none(acc) is not None and lo <= acc <= hi)
 
 
 def gate_throughput(value: float, baseline: float, threshold: float = THRESHOLD) -> Gate:
     limit = threshold * baseline
-    return Gate("output_token_throughput", value, limit, f">= {threshold:g} x baseline {baseline:g}", value >= limit)
+    ok = numbers.finite_or_none(value) is not None and value >= limit  # Infinity is no throughput
+    return Gate("output_token_throughput", value, limit, f">= {threshold:g} x baseline {baseline:g}", ok)
 
 
 def guide_accuracy(served_name: str, platform: str, dataset: str) -> float | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3lab.conformance.benchparse import TOLERANCE, Gate
+from k3lab.model import numbers
 
 # K3 guide §7.1-§7.5: thinking mode, reasoning kept, effort max, temperature 1.0, top_p 1.0, one epoch.
 THINK_MODE = "opensource"
@@ -122,6 +123,9 @@ def parse_verify(code: int, out: str) -> Verification:
 # ---------------------------------------------------------------------------------- Inspect logs
 
 
+HEADER_CAP = 64 << 20  # an Inspect header holds results and metadata, never the samples
+
+
 def header_from_eval_zip(data: bytes) -> str:
     """``header.json`` of an ``.eval`` log (the zip Inspect writes by default). Current Inspect
     compresses its members with Zstandard, which ``zipfile`` reads only from Python 3.14 on: the check
@@ -129,8 +133,14 @@ def header_from_eval_zip(data: bytes) -> str:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             info = z.getinfo("header.json")
+            if info.file_size > HEADER_CAP:  # a zip bomb, or not a header
+                raise ValueError(f"header.json of the .eval log is {info.file_size} bytes unpacked (cap {HEADER_CAP})")
             try:
-                return z.read(info).decode()
+                with z.open(info) as fh:
+                    raw = fh.read(HEADER_CAP + 1)  # the stored size may lie: never unpack past the cap
+                if len(raw) > HEADER_CAP:
+                    raise ValueError(f"header.json of the .eval log unpacks past {HEADER_CAP} bytes")
+                return raw.decode()
             except NotImplementedError:
                 raise ValueError(f"header.json uses compression method {info.compress_type}, which this "
                                  "Python cannot read: use 'inspect log dump --header-only'") from None
@@ -159,9 +169,9 @@ def _metrics(results: dict[str, Any]) -> dict[str, float]:
     out = {}
     for score in results.get("scores") or []:
         for key, metric in (score.get("metrics") or {}).items():
-            value = metric.get("value") if isinstance(metric, dict) else None
-            if isinstance(value, (int, float)):
-                out[f"{score.get('name')}/{metric.get('name') or key}"] = float(value)
+            value = numbers.finite_or_none(metric.get("value") if isinstance(metric, dict) else None)
+            if value is not None:  # NaN, Infinity, true or a negative score is no score
+                out[f"{score.get('name')}/{metric.get('name') or key}"] = value
     return out
 
 
@@ -177,6 +187,13 @@ def _headline(results: dict[str, Any], metrics: dict[str, float]) -> tuple[str, 
     return None
 
 
+def _samples(results: dict[str, Any], key: str) -> int:
+    try:
+        return numbers.count(results.get(key, 0), f"Inspect log results.{key}")
+    except ValueError as exc:
+        raise ValueError(f"not an Inspect log: {exc}") from None
+
+
 def parse_log(text: str) -> InspectRun:
     """An Inspect log (``log dump`` output, a ``.json`` log, or an ``.eval`` log's ``header.json``)."""
     try:
@@ -190,8 +207,8 @@ def parse_log(text: str) -> InspectRun:
     error = doc.get("error")
     return InspectRun(task=str(doc["eval"].get("task", "")), model=str(doc["eval"].get("model", "")),
                       status=str(doc["status"]), error=(error.get("message") if isinstance(error, dict) else None),
-                      total_samples=int(results.get("total_samples", 0)),
-                      completed_samples=int(results.get("completed_samples", 0)),
+                      total_samples=_samples(results, "total_samples"),
+                      completed_samples=_samples(results, "completed_samples"),
                       metrics=metrics, headline=_headline(results, metrics), has_results=bool(results))
 
 
@@ -204,6 +221,10 @@ def completion_problems(run: InspectRun) -> list[str]:
         bad.append(f"error: {run.error}")
     if not run.has_results:
         bad.append("no results: no sample was scored")
+    elif run.total_samples == 0:
+        bad.append("0 samples: nothing was evaluated")
+    elif run.completed_samples > run.total_samples:
+        bad.append(f"{run.completed_samples} samples completed of {run.total_samples}: not a consistent log")
     elif run.errored_samples:
         bad.append(f"{run.errored_samples} of {run.total_samples} samples errored (not scored)")
     if run.has_results and run.headline is None:
@@ -235,4 +256,5 @@ def parse_baseline(text: str) -> dict[str, float]:
 def gate_score(metric: str, value: float, baseline: float, tolerance: float = TOLERANCE) -> Gate:
     """Within ``tolerance`` percentage points of the baseline (both scores are fractions)."""
     off = round(abs(value - baseline) * 100, 9)  # points; rounded so 0.88 vs 0.89 is 1.0, not 1.0000000000000009
-    return Gate(metric, value, baseline, f"within {baseline:g} +/- {tolerance:g} points", off <= tolerance)
+    ok = numbers.finite_or_none(value) is not None and off <= tolerance  # NaN is within nothing
+    return Gate(metric, value, baseline, f"within {baseline:g} +/- {tolerance:g} points", ok)

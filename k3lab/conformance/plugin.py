@@ -195,6 +195,20 @@ class _Recorder:
         self.config = config
         self.tests: dict[str, dict[str, Any]] = {}
         self.started = _dt.datetime.now(_dt.timezone.utc)
+        # what should have run: the gate counts a collected check without a result as incomplete
+        self.collected: list[str] | None = None
+        self.deselected = 0
+
+    def pytest_collection_finish(self, session):
+        if session.items:  # under xdist the controller collects nothing: the workers tell it below
+            self.collected = [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.collected = list(ids)  # every worker collects the same checks
+
+    def pytest_deselected(self, items):
+        self.deselected += len(items)
 
     def pytest_runtest_logreport(self, report):
         row = self.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration": 0.0,
@@ -224,7 +238,8 @@ class _Recorder:
             counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
         doc = {"schema": 1, "exitstatus": int(exitstatus), "started": self.started.isoformat(timespec="seconds"),
                "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               "versions": _versions(), "counts": counts, "tests": rows}
+               "versions": _versions(), "counts": counts, "collected": self.collected,
+               "deselected": self.deselected, "tests": rows}
         path = Path(run_dir) / RESULTS
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(doc, indent=2) + "\n")

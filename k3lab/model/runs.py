@@ -96,6 +96,8 @@ class Results(_Artefact):
     finished: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
     counts: dict[str, int] = Field(default_factory=dict)
+    collected: list[str] | None = None  # node ids the suite collected (None: a file of an older kit)
+    deselected: int = Field(0, ge=0)
     tests: list[ResultRow]
 
 

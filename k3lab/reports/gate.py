@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab.launchers import versions
+from k3lab.model import numbers
 from k3lab.model.policy import Effective
 from k3lab.reports import report
 
@@ -85,8 +86,11 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
         level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
         status, msg = _status(eff, cid, t["outcome"], t["message"], props)
+        metrics, bad = _metrics(props)
+        if bad and status in ("pass", "na", "warn"):  # a number that is no measurement never passes
+            status, msg = "incomplete", f"not a measurement: {'; '.join(bad)}"
         items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
-                          props.get("expected", ""), props.get("actual", ""), _metrics(props),
+                          props.get("expected", ""), props.get("actual", ""), metrics,
                           float(t.get("duration") or 0.0)))
     return items
 
@@ -105,15 +109,16 @@ def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, s
     return ("na", f"skipped: {msg}") if na else ("incomplete", f"skipped, not a listed not-applicable reason: {msg}")
 
 
-def _metrics(props: dict[str, str]) -> dict[str, float]:
-    metrics = {}
+def _metrics(props: dict[str, str]) -> tuple[dict[str, float], list[str]]:
+    """The perf./accuracy. properties that are measurements (finite, >= 0), and what the others hold."""
+    metrics, bad = {}, []
     for k, v in props.items():
         if k.startswith(("perf.", "accuracy.")):
             try:
-                metrics[k] = float(v)
-            except ValueError:
-                pass
-    return metrics
+                metrics[k] = numbers.measured(float(v), k)
+            except ValueError as exc:
+                bad.append(str(exc) if "could not convert" not in str(exc) else f"{k}: {v!r} is not a number")
+    return metrics, bad
 
 
 def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[Item]:
@@ -192,11 +197,47 @@ def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | 
     if run.tests and run.exitstatus not in (None, 0, 1):
         items.append(Item("live.pytest", "live.pytest", "live", "block", "incomplete",
                           f"the conformance suite stopped early (pytest exit {run.exitstatus})"))
+    items += _missing_checks(run)
     vers = versions.load(run_dir)
-    if run.plan:
+    plan_problem = _plan_problem(Path(run_dir), run.plan, eff.scenario)
+    if plan_problem:  # without the plan, the version and deviation items cannot be judged: never PASS
+        items.append(Item("live.plan", "live.plan", "live", "block", "incomplete", plan_problem))
+    else:
         items += version_items(eff, eff.scenario, vers)
         items += deviation_items(eff, run.plan)
+    if not vers:
+        items.append(Item("live.versions", "live.versions", "live", "block", "incomplete",
+                          f"no readable {versions.FILE}: the versions the nodes ran were not recorded"))
     return decide(eff.scenario, items, str(run_dir), vers.get("summary") or {})
+
+
+def _plan_problem(run_dir: Path, plan: dict[str, Any], scenario: str) -> str:
+    """Why plan.json cannot be judged ('' when it can): missing, unreadable or not this scenario's plan."""
+    if not (run_dir / "plan.json").is_file():
+        return "no plan.json: the planned versions and deviations cannot be judged"
+    if not plan:
+        return "plan.json is unreadable (half-written or not JSON): versions and deviations cannot be judged"
+    if plan.get("scenario") != scenario or not isinstance(plan.get("nodes"), list) or not plan["nodes"] \
+            or not isinstance(plan.get("deviations", []), list):
+        return f"plan.json is not a plan of {scenario} (scenario, nodes or deviations missing or malformed)"
+    return ""
+
+
+def _missing_checks(run: report.Run) -> list[Item]:
+    """Checks the suite collected that left no result (a crashed worker, a cut-short session), and
+    checks deselected from the run (-k, --deselect): the verdict is on what should have run."""
+    collected, deselected = run.collected, run.deselected
+    ran = {t["nodeid"] for t in run.tests}
+    missing = [c for c in collected or [] if c not in ran]
+    items = []
+    if missing:
+        items.append(Item("live.missing", "live.missing", "live", "block", "incomplete",
+                          f"{len(missing)} collected check(s) left no result: {', '.join(missing[:5])}"
+                          + (" ..." if len(missing) > 5 else "")))
+    if deselected:
+        items.append(Item("live.deselected", "live.deselected", "live", "block", "incomplete",
+                          f"{deselected} check(s) were deselected (-k/--deselect): not a full run"))
+    return items
 
 
 def overall(verdicts: list[Verdict]) -> str:

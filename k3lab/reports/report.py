@@ -62,6 +62,8 @@ class Run:
     problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
     preflight: dict[str, Any] = field(default_factory=dict)  # preflight.json: findings, accepted ones
     gate: dict[str, Any] | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
+    collected: list[str] | None = None  # what the suite collected (conformance-results.json)
+    deselected: int = 0
 
     @property
     def scenario(self) -> str | None:
@@ -130,6 +132,7 @@ def load(run_dir: str | Path) -> Run:
               problems)
     run.tests = [_normalise(t, run.node_names) for t in tests]
     run.preflight = _json(run_dir / "preflight.json")
+    run.collected, run.deselected = results.get("collected"), results.get("deselected") or 0
     return run
 
 

@@ -15,10 +15,11 @@ import json
 import shlex
 from pathlib import Path
 
-from k3lab import paths
+from k3lab import outputs, paths
 from k3lab.conformance import benchparse
 from k3lab.errors import UsageError
 from k3lab.launchers import versions
+from k3lab.model import catalog, numbers
 from k3lab.reports import report
 
 # the metrics a baseline gates: throughput up, latency down (benchparse.gate_perf)
@@ -30,7 +31,10 @@ def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dic
     run_dir = Path(run_dir)
     run, sid, target = _lab_run(run_dir)
     result = _bench_result(run_dir)
-    metrics = {m: float(result[m]) for m in GATED if isinstance(result.get(m), (int, float))}
+    try:  # NaN, Infinity, true, 0 or a negative number is no baseline
+        metrics = {m: numbers.measured(result[m], m, lo_open=True) for m in GATED if m in result}
+    except ValueError as exc:
+        raise UsageError(f"{run_dir / 'evidence' / 'bench' / 'perf-result.json'}: {exc}") from None
     if not metrics:
         raise UsageError(f"{run_dir / 'evidence' / 'bench' / 'perf-result.json'}: none of {', '.join(GATED)} in the result")
     workload = {k: result[k] for k in ("num_prompts", "max_concurrency", "request_rate") if result.get(k) is not None}
@@ -53,7 +57,7 @@ def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dic
                          "driver": summary.get("driver"), "npu_smi": summary.get("npu_smi")},
         },
     }
-    benchparse.parse_baseline(json.dumps(doc))  # what conformance/perf.py will read must parse
+    benchparse.parse_baseline(json.dumps(doc, allow_nan=False))  # what conformance/perf.py will read must parse
     return sid, doc
 
 
@@ -65,6 +69,8 @@ def _lab_run(run_dir: Path):
     sid = run.scenario
     if not sid:
         raise UsageError(f"{run_dir}: no plan.json naming the scenario")
+    if sid not in catalog.SCENARIOS:  # it names the baseline file: never a path (../)
+        raise UsageError(f"{run_dir}: plan.json names scenario {sid!r}, which is not in the catalog")
     target = run.target
     if target == "sim":
         raise UsageError(f"{run_dir}: a simulator run; its perf numbers are not comparable with a lab's and never "
@@ -100,10 +106,12 @@ def cmd_baseline(args) -> int:
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise UsageError(f"--threshold must be in (0, 1], not {args.threshold}")
     sid, doc = build(args.run, args.threshold)
-    out = Path(args.out) if args.out else paths.FIXTURES / "baselines" / f"{sid}.json"
-    if out.exists() and not args.force:
-        raise UsageError(f"{out} exists; pass --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.out:
+        out = outputs.check_file(args.out, args.force)
+    else:
+        out = paths.FIXTURES / "baselines" / f"{sid}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out = outputs.check_file(out, args.force, flag="baseline")
+    outputs.write_file(out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     print(f"baseline for {sid}: {', '.join(f'{k}={v:g}' for k, v in doc['metrics'].items())} -> {out}")
     return 0

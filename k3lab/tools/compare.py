@@ -25,6 +25,7 @@ from typing import Any
 
 from k3lab import formats
 from k3lab.errors import UsageError
+from k3lab.model import numbers
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
 from k3lab.reports import gate, report
@@ -106,17 +107,27 @@ def _presence(row: dict[str, Any], key: str, x: dict | None, y: dict | None) -> 
         row["only_in_a"].append(key)
 
 
+def _missing_from_b(row: dict[str, Any], key: str, x: dict | None, y: dict | None) -> bool:
+    """The baseline judged it, the candidate did not: coverage lost is never "unchanged"."""
+    if y is not None or x is None or x["status"] in ("na", "ignored"):
+        return False
+    row["new_failures"].append({"key": key, "id": x["id"], "level": x["level"], "status": "incomplete",
+                                "was": x["status"], "message": "judged in A, missing from B (did not run)"})
+    return True
+
+
 def _status_change(row: dict[str, Any], key: str, x: dict | None, y: dict | None) -> None:
+    if _missing_from_b(row, key, x, y) or y is None:
+        return
     bad_a = x is not None and x["status"] in BAD
-    bad_b = y is not None and y["status"] in BAD
+    bad_b = y["status"] in BAD
     if bad_b and not bad_a:
-        assert y is not None
         row["new_failures"].append({"key": key, "id": y["id"], "level": y["level"], "status": y["status"],
                                     "was": x["status"] if x else "absent", "message": y["message"]})
-    elif bad_a and not bad_b and y is not None:
+    elif bad_a and not bad_b:
         assert x is not None
         row["fixed"].append({"key": key, "id": x["id"], "level": x["level"], "was": x["status"], "now": y["status"]})
-    elif bad_a and bad_b and y is not None and y["level"] == "block":
+    elif bad_a and bad_b and y["level"] == "block":
         row["still_failing"] += 1
 
 
@@ -124,7 +135,11 @@ def _metric_deltas(key: str, x: dict | None, y: dict | None, eff, sim: bool) -> 
     out = []
     for metric in sorted(set((x or {}).get("metrics", {})) & set((y or {}).get("metrics", {}))):
         assert x is not None and y is not None
-        ma, mb = float(x["metrics"][metric]), float(y["metrics"][metric])
+        ma, mb = numbers.finite_or_none(x["metrics"][metric]), numbers.finite_or_none(y["metrics"][metric])
+        if ma is None or mb is None:  # not a measurement (a release written by hand or by another kit)
+            out.append({"key": key, "metric": metric, "a": ma, "b": mb, "delta": None, "relative": None,
+                        "rule": "a finite number >= 0 on both sides", "within": False, "comparable": not sim})
+            continue
         rule, ok = _metric_rule(metric, eff.threshold, eff.tolerance)
         out.append({"key": key, "metric": metric, "a": ma, "b": mb, "delta": round(mb - ma, 4),
                     "relative": round((mb - ma) / ma, 4) if ma else None, "rule": rule,
@@ -155,6 +170,10 @@ def _changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["verdict_a"] != r["verdict_b"] or any(r[k] for k in keys) or r.get("note")]
 
 
+def _g(value: float | None, spec: str = "g") -> str:
+    return "not a number" if value is None else format(value, spec)
+
+
 def text(doc: dict[str, Any]) -> str:
     out = [f"compare A={doc['a']} B={doc['b']}: " + ("REGRESSION" if doc["regression"] else "no regression")]
     changed = _changed(doc["scenarios"])
@@ -171,7 +190,7 @@ def text(doc: dict[str, Any]) -> str:
             out.append(f"  version {v['component']}: {v['a']} -> {v['b']}")
         for m in r["metrics"]:
             tag = "not comparable (simulator)" if not m["comparable"] else ("ok" if m["within"] else "PAST LIMIT")
-            out.append(f"  {m['metric']}: {m['a']:g} -> {m['b']:g} ({m['delta']:+g}; {m['rule']}) {tag}")
+            out.append(f"  {m['metric']}: {_g(m['a'])} -> {_g(m['b'])} ({_g(m['delta'], '+g')}; {m['rule']}) {tag}")
         if r["still_failing"]:
             out.append(f"  {r['still_failing']} blocking item(s) failing or incomplete in both")
     out.append(f"{same} scenario(s) unchanged")
@@ -200,18 +219,23 @@ def _markdown_details(r: dict[str, Any]) -> list[str]:
     lines += [f"- fixed `{md(f['key'])}` ({f['was']} → {f['now']})" for f in r["fixed"]]
     lines += [f"- expected `{md(e['key'])}`: {md(e['a'])} → {md(e['b'])}" for e in r["expected_changed"]]
     lines += [f"- version {v['component']}: {md(v['a'])} → {md(v['b'])}" for v in r["versions_changed"]]
-    lines += [f"- {m['metric']}: {m['a']:g} → {m['b']:g} ({m['delta']:+g}; {m['rule']})"
+    lines += [f"- {m['metric']}: {_g(m['a'])} → {_g(m['b'])} ({_g(m['delta'], '+g')}; {m['rule']})"
               + (" not comparable (simulator)" if not m["comparable"] else "" if m["within"] else " **past limit**")
               for m in r["metrics"]]
     return lines
 
 
 def cmd_compare(args) -> int:
+    from k3lab import outputs
+
+    out = outputs.check_file(args.out, getattr(args, "force", False)) if args.out else None
     policy = load_policy(args.policy)
     doc = compare(_side(args.a, policy), _side(args.b, policy), policy)
-    if args.out:
-        fmt = {"text": text, "markdown": markdown, "json": lambda d: json.dumps(d, indent=2) + "\n"}[args.format]
-        Path(args.out).write_text(fmt(doc))
+    if out is not None:
+        # allow_nan=False: the JSON stays JSON (every number was checked finite before it counted)
+        fmt = {"text": text, "markdown": markdown,
+               "json": lambda d: json.dumps(d, indent=2, allow_nan=False) + "\n"}[args.format]
+        outputs.write_file(out, fmt(doc))
     else:
         formats.emit(args, doc, lambda d: print((markdown if args.format == "markdown" else text)(d), end=""))
     return 1 if doc["regression"] else 0

@@ -89,3 +89,21 @@ def test_options_reach_every_worker_and_results_are_written_once(pytester, monke
         ints = {k: int(v) for k, v in expected.items() if k.startswith("long_request_") and k != "long_requests"}
         assert got == {**expected, **numeric, **ints, "aisbench_task": ["mmmu_pro=mmmu_pro_gen"]}
     assert rows["test_fails"]["outcome"] == "failed" and "planted" in rows["test_fails"]["message"]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_results_record_what_was_collected_so_the_gate_sees_what_did_not_run(pytester, monkeypatch, workers):
+    monkeypatch.delenv("K3LAB_RUN_DIR", raising=False)
+    pytester.makepyfile(test_opts=CHECKS.format(dests=[]))
+    run_dir = pytester.mkdir("run")
+    result = pytester.runpytest_subprocess(f"--run-dir={run_dir}", "-p", "k3lab.conformance.plugin",
+                                           "-p", "no:cacheprovider", *workers)
+    result.assert_outcomes(passed=4, failed=1)
+    doc = json.loads((run_dir / "conformance-results.json").read_text())
+    assert sorted(n.split("::", 1)[1] for n in doc["collected"]) == sorted(
+        [f"test_options[{n}]" for n in ("p0", "p1", "d0", "d1")] + ["test_fails"])
+    if not workers:  # -k deselects on the controller only when it collects (xdist: on the workers)
+        pytester.runpytest_subprocess(f"--run-dir={run_dir}", "-p", "k3lab.conformance.plugin",
+                                      "-p", "no:cacheprovider", "-k", "p0")
+        doc = json.loads((run_dir / "conformance-results.json").read_text())
+        assert doc["deselected"] == 4 and len(doc["collected"]) == 1
