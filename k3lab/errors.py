@@ -19,6 +19,7 @@ This module imports nothing heavy: the CLI loads it before anything else.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 OK = 0
@@ -89,6 +90,21 @@ class RunInterrupted(K3labError):
 
 # Exceptions of the live half's libraries, recognised by module so that the CLI never imports them.
 _ENV_MODULES = ("docker", "paramiko", "requests", "urllib3", "httpx", "socket")
+
+
+# ANSI/VT escape sequences (CSI, OSC, two-character ESC forms), and the characters no message may
+# carry raw: C0 but tab and newline, DEL, C1 (0x9b is a CSI on many terminals), bidi controls,
+# surrogates and XML's two non-characters
+_ESCAPE_SEQ = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
+_RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                  "\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal and for XML 1.0: escape sequences dropped, every other control or
+    bidi character shown as ``\\xNN`` / ``\\uNNNN`` (what it is, not what it does)."""
+    text = _ESCAPE_SEQ.sub("", text)
+    return _RAW.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
 def is_environment_error(exc: BaseException) -> bool:

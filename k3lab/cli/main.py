@@ -489,7 +489,7 @@ def _say(exc: BaseException | str) -> None:
     text = str(exc).strip() or type(exc).__name__
     if not text.startswith("k3lab"):
         text = "k3lab: " + text
-    print(text, file=sys.stderr)
+    print(errors.printable(text), file=sys.stderr)  # input quoted in a message never drives the terminal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,8 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             return errors.ENVIRONMENT
         path = errors.write_crash_log(exc, argv)
         first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"k3lab: internal error: {type(exc).__name__}: {first} (traceback in {path}; please report it)",
-              file=sys.stderr)
+        print(errors.printable(f"k3lab: internal error: {type(exc).__name__}: {first} (traceback in {path}; "
+                               "please report it)"), file=sys.stderr)
         return errors.INTERNAL
 
 

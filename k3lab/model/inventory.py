@@ -216,7 +216,10 @@ class Node(_Strict):
     @classmethod
     def _endpoint(cls, v: str) -> str:
         if not re.fullmatch(ENDPOINT_RE, v):
-            raise ValueError(f"endpoint {v!r} must be unix:///path, tcp://host:port or ssh://user@host[:port]")
+            # a password in the URL (ssh://user:PASS@host) is never echoed back
+            shown = re.sub(r"^(\w+://[^:@/]*):.*@", r"\1:***@", v)
+            hint = "; give no password in it (SSH keys: lab.identity_file)" if shown != v else ""
+            raise ValueError(f"endpoint {shown!r} must be unix:///path, tcp://host:port or ssh://user@host[:port]{hint}")
         port = re.search(r":([0-9]{1,5})$", v) if not v.startswith("unix://") else None
         if port and not 1 <= int(port.group(1)) <= 65535:
             raise ValueError(f"endpoint {v!r}: port {port.group(1)} is out of range 1..65535")

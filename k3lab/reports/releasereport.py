@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from k3lab.errors import printable
 from k3lab.reports import gate
 from k3lab.reports.report import md, redact
 from k3lab.reports.templating import render_html
@@ -169,38 +170,44 @@ def release_html(out: Path, doc: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------- JUnit
 
 
+def _x(text: str) -> str:
+    """Redacted, and valid in XML 1.0: a log tail's ANSI colour or control character would make the
+    whole file unreadable to a CI system."""
+    return printable(redact(text))
+
+
 def release_junit(doc: dict[str, Any]) -> str:
     root = ET.Element("testsuites", name="k3lab release", tests="0", failures="0", errors="0",
                       time=f"{float(doc.get('timings', {}).get('total_s', 0.0)):.3f}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for s in doc["scenarios"]:
         v = gate.Verdict.from_json(s)
-        suite = ET.SubElement(root, "testsuite", name=v.scenario, timestamp=str(doc.get("started", "")),
+        suite = ET.SubElement(root, "testsuite", name=_x(v.scenario), timestamp=_x(str(doc.get("started", ""))),
                               time=f"{sum(i.duration for i in v.items):.3f}")
         props = ET.SubElement(suite, "properties")
-        ET.SubElement(props, "property", name="verdict", value=v.verdict)
+        ET.SubElement(props, "property", name="verdict", value=_x(v.verdict))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for i in v.items:
-            case = ET.SubElement(suite, "testcase", classname=f"{v.scenario}.{i.area}", name=redact(i.key),
+            case = ET.SubElement(suite, "testcase", classname=_x(f"{v.scenario}.{i.area}"), name=_x(i.key),
                                  time=f"{i.duration:.3f}")
             cp = ET.SubElement(case, "properties")
             for k in ("id", "level", "status", "expected", "actual", "node"):
                 val = getattr(i, k)
                 if val:
-                    ET.SubElement(cp, "property", name=f"gate.{k}", value=redact(str(val)))
+                    ET.SubElement(cp, "property", name=f"gate.{k}", value=_x(str(val)))
             eff = gate._effective(i)
             counts["tests"] += 1
             if eff == "fail":
-                ET.SubElement(case, "failure", message=redact(i.message)[:2000])
+                ET.SubElement(case, "failure", message=_x(i.message)[:2000])
                 counts["failures"] += 1
             elif eff == "incomplete":
-                ET.SubElement(case, "error", type="incomplete", message=redact(i.message)[:2000])
+                ET.SubElement(case, "error", type="incomplete", message=_x(i.message)[:2000])
                 counts["errors"] += 1
             elif eff in ("na", "ignored"):
-                ET.SubElement(case, "skipped", message=redact(i.message)[:2000])
+                ET.SubElement(case, "skipped", message=_x(i.message)[:2000])
                 counts["skipped"] += 1
             elif eff == "warn":
-                ET.SubElement(case, "system-out").text = "WARNING (non-blocking): " + redact(i.message)
+                ET.SubElement(case, "system-out").text = "WARNING (non-blocking): " + _x(i.message)
         for k, n in counts.items():
             suite.set(k, str(n))
             totals[k] += n

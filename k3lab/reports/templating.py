@@ -1,12 +1,11 @@
 """The reports' one template engine: jinja2 with autoescape, strict about missing values.
 
 Every value in a report may come from an inventory (node names, addresses, paths), so HTML is
-never assembled by hand: templates escape each value, and the secret is redacted from the result
-in both its plain and its escaped form.
+never assembled by hand: templates escape each value, and the secret is redacted from each value
+before it is rendered.
 """
 from __future__ import annotations
 
-import html
 from functools import lru_cache
 
 from markupsafe import Markup
@@ -25,15 +24,22 @@ def _template(source: str):
 
 
 def render_html(source: str, **context: object) -> str:
-    """``source`` rendered with ``context`` (mark trusted fragments, e.g. generated SVG, with Markup)."""
-    return redact_html(_template(source).render(**context))
+    """``source`` rendered with ``context`` (mark trusted fragments, e.g. generated SVG, with Markup).
+
+    The secret is redacted from the values before they are rendered, never from the finished HTML: a
+    replace over markup would rewrite tags and cells that merely contain a short key."""
+    return _template(source).render(**{k: redacted(v) for k, v in context.items()})
 
 
-def redact_html(text: str) -> str:
-    """Values are redacted on load; this also catches the escaped form of the secret."""
-    secret = apikey.get()
-    if not secret:
-        return text
-    masked = html.escape(apikey.REDACTED)
-    return text.replace(secret, masked).replace(html.escape(secret), masked).replace(
-        html.escape(secret, quote=False), masked)
+def redacted(value: object) -> object:
+    """``value`` with the secret redacted from every string in it (dicts, lists, tuples); Markup is
+    built by the kit from values already redacted (the run's artefacts are redacted on load)."""
+    if isinstance(value, Markup):
+        return value
+    if isinstance(value, str):
+        return apikey.redact(value)
+    if isinstance(value, dict):
+        return {redacted(k): redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redacted(v) for v in value)
+    return value
