@@ -25,7 +25,7 @@ from typing import Any
 
 from k3lab import formats
 from k3lab.errors import UsageError
-from k3lab.model import numbers
+from k3lab.model import catalog, numbers
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
 from k3lab.reports import gate, report
@@ -50,6 +50,8 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
     sid = run.scenario
     if not sid:
         raise UsageError(f"{path}: the run directory names no scenario (plan.json missing)")
+    if sid not in catalog.SCENARIOS:
+        raise UsageError(f"{path}: the run directory names scenario {sid!r}, which is not in the catalog")
     v = gate.evaluate_run(policy.for_scenario(sid), p)
     return {"label": str(p), "kind": "run", "target": run.target or "?",
             "scenarios": {sid: v.to_json()}}

@@ -248,6 +248,14 @@ def test_baseline_record_refuses_a_result_that_is_no_measurement(tmp_path, capsy
     assert "output_throughput" in capsys.readouterr().err and not (tmp_path / "b.json").exists()
 
 
+def test_compare_refuses_a_run_of_a_scenario_not_in_the_catalog(tmp_path, capsys):
+    run = _copy(tmp_path)
+    plan = json.loads((run / "plan.json").read_text())
+    (run / "plan.json").write_text(json.dumps({**plan, "scenario": "../../x"}))
+    assert main(["compare", str(RUN), str(run)]) == 2
+    assert "not in the catalog" in capsys.readouterr().err
+
+
 def test_compare_out_never_writes_through_a_symlink(tmp_path, capsys):
     target = tmp_path / "victim.txt"
     target.write_text("precious\n")
