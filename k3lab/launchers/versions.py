@@ -151,9 +151,16 @@ def summarise(nodes: dict[str, dict[str, str | None]]) -> dict[str, str | None]:
 
 
 def load(run_dir: str | Path) -> dict[str, Any]:
+    """The run's versions.json; {} when missing or half-written (the gate says so). A FIFO, a device or
+    a huge file is an InputError naming it (the one bounded reader)."""
+    from k3lab.model import runs, safeyaml
+
+    path = Path(run_dir) / FILE
+    if not path.exists() and not path.is_symlink():
+        return {}
     try:
-        doc = json.loads((Path(run_dir) / FILE).read_text())
-    except (OSError, ValueError):
+        doc = safeyaml.read_json(path, FILE, runs.MAX_BYTES)
+    except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -40,7 +40,6 @@ strict pydantic models (unknown keys are errors); every error names the file and
 from __future__ import annotations
 
 import fnmatch
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +65,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+REGEX_TIMEOUT_S = 0.2  # per pattern and message; a sane pattern takes microseconds
+
+
 class NotApplicable(_Strict):
     check: str = Field("*", description="check id glob")
     reason: str = Field(..., description="regex searched in the skip message")
@@ -73,9 +75,11 @@ class NotApplicable(_Strict):
     @field_validator("reason")
     @classmethod
     def _regex(cls, v: str) -> str:
+        import regex
+
         try:
-            re.compile(v)
-        except re.error as exc:
+            regex.compile(v)
+        except regex.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return v
 
@@ -190,9 +194,18 @@ class Effective:
         return self.other, "no MUST statement"
 
     def not_applicable_reason(self, check_id: str, message: str) -> str | None:
+        """The listed reason a skip message matches. Policy patterns are searched with a time cap (the
+        ``regex`` engine's timeout): a catastrophic pattern counts as no match, never as a hang."""
+        import regex
+
         for na in self.not_applicable:
-            if fnmatch.fnmatchcase(check_id, na.check) and re.search(na.reason, message):
-                return na.reason
+            if not fnmatch.fnmatchcase(check_id, na.check):
+                continue
+            try:
+                if regex.search(na.reason, message, timeout=REGEX_TIMEOUT_S):
+                    return na.reason
+            except TimeoutError:
+                continue
         return None
 
     def deviation_accepted(self, dev_id: str) -> str | None:

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -101,32 +102,75 @@ def _loader(lines: Lines, source: str):
 
 
 def read_capped(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
-    """The text of a small input file, refusing directories, devices that never end and huge files."""
+    """The text of a small input file: never a FIFO or socket (it would block), never past
+    ``max_bytes`` (a sparse file is refused by its size, /dev/zero by the capped read); every
+    problem is an InputError naming the file and the reason."""
     text_path = str(path)
     if text_path.strip() == "":
         raise InputError(f"{what}: empty path; give the {what} file")
     p = Path(path)
     try:
-        st = os.stat(p)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on what was opened
+        fh = open(p, "rb", opener=lambda f, flags: os.open(f, flags | os.O_NONBLOCK | os.O_NOCTTY))  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         raise InputError(f"{p}: no such {what} file") from None
+    except IsADirectoryError:
+        raise InputError(f"{p}: is a directory; give the {what} file") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot read the {what} file ({exc.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{p}: is a directory; give the {what} file")
-    if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
-        raise InputError(f"{p}: {what} file is {st.st_size} bytes; the limit is {max_bytes} bytes")
-    try:
-        with open(p, "rb") as fh:  # devices and pipes have no size: read one byte past the cap
-            raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read the {what} file ({exc.strerror})") from None
+    with fh:
+        _check_type(os.fstat(fh.fileno()), p, what, max_bytes)
+        try:
+            raw = fh.read(max_bytes + 1)  # the file may grow after the stat: never past the cap
+        except OSError as exc:
+            raise InputError(f"{p}: cannot read the {what} file ({exc.strerror})") from None
     if len(raw) > max_bytes:
         raise InputError(f"{p}: {what} file is larger than the limit of {max_bytes} bytes")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{p}: {what} file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _check_type(st: os.stat_result, p: Path, what: str, max_bytes: int) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{p}: is a directory; give the {what} file")
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):  # would wait for a writer that may never come
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket"
+        raise InputError(f"{p}: {what} file is {kind}; give a regular file")
+    # a character device (/dev/zero) has no size: the capped read refuses one that never ends
+    if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:  # a sparse file's size, before a byte is read
+        raise InputError(f"{p}: {what} file is {st.st_size} bytes; the limit is {max_bytes} bytes")
+
+
+def json_depth(doc: object) -> int:
+    """Nesting depth of a parsed JSON document, without recursion."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def read_json(path: str | Path, what: str, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> object:
+    """A bounded JSON file: :func:`read_capped`, no NaN/Infinity constants, at most ``max_depth`` deep.
+    A file that is not JSON raises ValueError (callers decide whether a half-written file is an error);
+    every other problem is an InputError naming the file and the reason."""
+    p = Path(path)
+    text = read_capped(p, what, max_bytes)
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise InputError(f"{p}: {what} file is nested too deeply") from None
+    if json_depth(doc) > max_depth:
+        raise InputError(f"{p}: {what} file is nested more than {max_depth} levels deep")
+    return doc
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a measurement can have")
 
 
 def _line(event: yaml.Event) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import json
 import platform
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -94,9 +93,15 @@ class Run:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    """A run's JSON file through the one bounded reader: a FIFO, a device, a huge or deeply nested file
+    is an InputError naming it (exit 2); a missing or half-written one is reported as what there is."""
+    from k3lab.model import safeyaml  # yaml stays out of the light commands' start-up
+
+    if not path.exists() and not path.is_symlink():
+        return {}
     try:
-        doc = _scrub(json.loads(path.read_text()))
-    except (OSError, ValueError):  # missing or half-written: report what there is
+        doc = _scrub(safeyaml.read_json(path, path.name, runs.MAX_BYTES))
+    except ValueError:  # half-written: report what there is
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -121,10 +126,13 @@ def load(run_dir: str | Path) -> Run:
     results = _artefact(runs.results, run_dir, runs.RESULTS, problems)
     if results.get("tests") is not None:
         tests, source = results["tests"], "conformance-results.json"
-    elif (run_dir / "junit.xml").is_file():
+    elif (run_dir / "junit.xml").exists() or (run_dir / "junit.xml").is_symlink():
         try:
             tests, source = _scrub(read_junit(run_dir / "junit.xml")), "junit.xml"
         except ET.ParseError:
+            tests, source = [], "junit.xml (unreadable)"
+        except InputError as exc:  # a FIFO, a device, a huge file: named, left out
+            problems.append(str(exc))
             tests, source = [], "junit.xml (unreadable)"
     else:
         tests, source = [], "none"
@@ -140,7 +148,10 @@ def read_junit(path: Path) -> list[dict[str, Any]]:
     """The kit's one JUnit reader: a row per testcase (the report's fallback when the plugin's results
     file is missing; the fault matrix's failure texts, ``detail`` being the failure's body)."""
     rows = []
-    for case in ET.parse(path).getroot().iter("testcase"):
+    from k3lab.model import safeyaml
+
+    text = safeyaml.read_capped(path, path.name, runs.MAX_BYTES)  # regular file, size cap
+    for case in ET.fromstring(text.encode()).iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
         if classname == "k3lab.diagnosis":  # the diagnosis the report added (k3lab.reports.diagreport), not a check
             continue

@@ -19,7 +19,7 @@ from k3lab import outputs, paths
 from k3lab.conformance import benchparse
 from k3lab.errors import UsageError
 from k3lab.launchers import versions
-from k3lab.model import catalog, numbers
+from k3lab.model import catalog, numbers, runs, safeyaml
 from k3lab.reports import report
 
 # the metrics a baseline gates: throughput up, latency down (benchparse.gate_perf)
@@ -83,7 +83,7 @@ def _bench_result(run_dir: Path) -> dict:
     if not result_path.is_file():
         raise UsageError(f"{run_dir}: no evidence/bench/perf-result.json (run the cycle with -- --perf)")
     try:
-        return benchparse.parse_bench_result(result_path.read_text())
+        return benchparse.parse_bench_result(safeyaml.read_capped(result_path, "perf result", runs.MAX_BYTES))
     except (ValueError, OSError) as exc:
         raise UsageError(f"{result_path}: not a vllm bench serve result: {exc}") from None
 
@@ -93,7 +93,8 @@ def _bench_command(run_dir: Path, workload: dict) -> str | None:
     argv = run_dir / "evidence" / "bench" / "perf-argv.txt"
     if not argv.is_file():
         return None
-    lines = [ln for ln in argv.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    text = safeyaml.read_capped(argv, "benchmark command", 1 << 20)
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     command = lines[-1] if lines else None
     words = shlex.split(command or "")
     for flag in ("--random-input-len", "--random-output-len"):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab import formats
-from k3lab.errors import UsageError
+from k3lab.errors import InputError, UsageError
 from k3lab.model import catalog, numbers
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
@@ -40,13 +40,15 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
     p = Path(path)
     if not p.is_dir():
         raise UsageError(f"{path}: not a directory (give a release directory or a run directory)")
-    if (p / release.FILE).is_file():
+    if (p / release.FILE).exists() or (p / release.FILE).is_symlink():  # a FIFO or device is named by the reader
         doc = release.load(p)  # an unreadable one is an InputError naming file and field
         return {"label": str(p), "kind": "release", "target": doc.get("target", "?"),
                 "scenarios": {v["scenario"]: v for v in doc.get("scenarios", [])}}
     if not any((p / f).is_file() for f in ("conformance-results.json", "junit.xml", "run-state.json")):
         raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)")
     run = report.load(p)
+    if run.problems:  # a FIFO, device, huge or corrupted artefact: named, never judged as absent
+        raise InputError("; ".join(run.problems))
     sid = run.scenario
     if not sid:
         raise UsageError(f"{path}: the run directory names no scenario (plan.json missing)")
