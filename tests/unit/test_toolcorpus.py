@@ -52,6 +52,7 @@ READERS = {
     "driver_version": lambda t: _probe("driver", t)["driver"],
     "cann_version": lambda t: _probe("cann", t)["cann"],
     "memcache_health": lambda t: memcache.health_ok(200, t),
+    "lldp_ifname": toolparse.lldp_ifname,
 }
 
 
