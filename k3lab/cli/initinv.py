@@ -63,8 +63,9 @@ def render_text(sid: str) -> str:
             ""]
     out += _comment(_field(inventory.Inventory, "scenario"))
     out += [f"scenario: {sid}", ""]
-    out += _comment(_field(inventory.Inventory, "image"))
-    out += [f"image: {_value(sc.image)}", ""]
+    out += _comment(_field(inventory.Inventory, "image") + ". The guide also names an openEuler build of it; "
+                    "to use that one, swap the two lines below")
+    out += [f"image: {_value(sc.image)}", f"# image: {_value(sc.openeuler_image)}", ""]
     out += _comment(_field(inventory.Inventory, "model_path"))
     out += [f"model_path: {_value(sc.model_path)}", ""]
     if sc.dspark != "never":
@@ -78,11 +79,15 @@ def render_text(sid: str) -> str:
         out += _comment(_field(inventory.Inventory, "metaservice_node") + " (this file gives the MetaService its "
                         "own node, 'meta'; remove that node and set this key to run it on another node)")
         out += ["# metaservice_node: p0", ""]
+    used = used_ports(sid)
     for section, model in (("ports", inventory.Ports), ("paths", inventory.Paths), ("lab", inventory.Lab)):
-        out += _comment(_field(inventory.Inventory, section))
+        out += _comment(_field(inventory.Inventory, section) +
+                        (f" (only the {len(used)} this scenario uses)" if section == "ports" else ""))
         out.append(f"{section}:")
         defaults = getattr(sim, section)
         for name in model.model_fields:
+            if section == "ports" and name not in used:
+                continue
             out += _comment(_field(model, name), "  ")
             value = getattr(defaults, name)
             out.append(f"  {'# ' if value is None else ''}{name}: {_value(value)}")
@@ -99,6 +104,28 @@ def render_text(sid: str) -> str:
             out.append(f"    # engine_id: {node.role}  # 950DT ENGINE_ID (default: prefill / decode<rank>)")
         out.append("    # container_name: vllm-ascend  # distinct names when nodes share an endpoint")
     return "\n".join(out) + "\n"
+
+
+def used_ports(sid: str) -> list[str]:
+    """The ``ports`` keys the scenario's artefacts depend on: rendered once per key with that port moved,
+    a key whose move changes nothing (no script, no plan value) is one the scenario does not use."""
+    from k3lab.render import artefacts as render
+
+    sim = siminventory.default(sid)
+
+    def text(inv) -> str:
+        r = render.build(sid, inv)
+        return render.plan_json(r.plan) + repr(sorted(r.files.items()))
+
+    base = text(sim)
+    used = []
+    for name, value in sim.ports:
+        moved = f"{int(value.split('-')[0]) + 1}-{int(value.split('-')[1]) + 1}" if isinstance(value, str) \
+            else value + 1
+        ports = sim.ports.model_copy(update={name: moved})
+        if text(sim.model_copy(update={"ports": ports})) != base:
+            used.append(name)
+    return used
 
 
 def write(sid: str, out: str, force: bool = False) -> Path:

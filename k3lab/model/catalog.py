@@ -44,6 +44,12 @@ class Scenario:
         return DEVICES[self.platform]
 
     @property
+    def openeuler_image(self) -> str:
+        """The guide's openEuler build of the image: both guides' image lists give it as the default tag
+        plus '-openeuler' (seeds 000 and 002, the IMAGE exports)."""
+        return f"{self.image}-openeuler"
+
+    @property
     def pd(self) -> bool:
         return "prefill" in self.roles
 
