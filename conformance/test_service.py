@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import io
 import json
 import time
@@ -13,6 +14,8 @@ import jsonschema
 import pytest
 
 from k3lab import waits
+from k3lab.conformance import eviction
+from k3lab.conformance.evidence import check, fail
 from k3lab.launchers import metrics
 from k3lab.model import apikey
 
@@ -463,16 +466,95 @@ def _pool_apis(plan):
     return out
 
 
-def _complete(http, api, plan, prompt: str):
+def _complete(http, api, plan, prompt: str, max_tokens: int = 4):
     __tracebackhide__ = True  # a failed request shows the check that made it
-    r = http.post(f"{api.url}/v1/completions", timeout=120,
-                  json={"model": plan.expect.served_name, "prompt": prompt, "max_tokens": 4, "temperature": 0})
+    r = http.post(f"{api.url}/v1/completions", timeout=300,
+                  json={"model": plan.expect.served_name, "prompt": prompt, "max_tokens": max_tokens,
+                        "temperature": 0})
     assert r.status_code == 200, f"{api.node} ({api.url}): {r.status_code} {r.text[:200]}"
     return r.json()
 
 
+# What one pooled producer stores before its local prefix cache is filled past it (no dev mode):
+# the prompts of the two checks below, so one fill serves both.
+def _evicted_prompts() -> dict[str, str]:
+    return {"repeat": _prompt("repeat"), "ring": _prompt("pool ring", 400)}
+
+
+@dataclasses.dataclass
+class _Evicted:
+    outputs: dict[str, str]  # prompt -> its first output
+    properties: dict[str, str]  # the fill's cost (JUnit properties)
+
+
+def _meta_room(http, plan):
+    meta = plan.expect.metaservice
+    try:
+        return eviction.pool_room(http.get(f"{meta.metrics_url}/metrics", timeout=5).text)
+    except (OSError, eviction.Unreadable) as exc:
+        fail("MetaService capacity metrics", "memcache_total_capacity_bytes and memcache_allocated_bytes",
+             str(exc), f"{meta.metrics_url}/metrics", cause="the MetaService is down or its metrics are unreadable",
+             remedy="check the MetaService process and its metrics_url")
+
+
+def _local_cache(http, api):
+    try:
+        return max(eviction.local_caches(_metrics(http, api)), key=lambda c: c.tokens)
+    except eviction.Unreadable as exc:
+        fail("local prefix cache size (vllm:cache_config_info)", "num_gpu_blocks and block_size, positive integers",
+             str(exc), f"{api.node} ({api.url}/metrics)", cause="engines without stats or an unknown vLLM metrics format",
+             remedy="start the engines without --disable-log-stats; report the /metrics text to the kit's maintainers")
+
+
+def _evict_after_storing(http, plan, api) -> _Evicted:
+    """Store the prompts on ``api``, then fill its local prefix cache past them by volume (see
+    k3lab.conformance.eviction for the method and its cost on a lab); skip when the pool cannot hold
+    the fill without evicting them too."""
+    local = _local_cache(http, api)
+    need_tokens = local.fill_tokens()
+    room0 = _meta_room(http, plan)
+    if room0 is None:
+        pytest.skip(f"no dev mode and the MetaService serves no capacity metrics (MemCache 1.0.x): cannot show the pool "
+                    f"holds the {need_tokens} tokens that push {api.node}'s local prefix cache out")
+    replies = {p: _complete(http, api, plan, p) for p in _evicted_prompts().values()}
+    room1 = _meta_room(http, plan)
+    stored = sum(r["usage"]["prompt_tokens"] for r in replies.values())
+    check(room1.allocated > room0.allocated, what="pool bytes stored for new prompts", expected="more than before",
+          actual=f"{room0.allocated:.0f} -> {room1.allocated:.0f} bytes after {stored} new prompt tokens",
+          where=f"{plan.expect.metaservice.metrics_url}/metrics (memcache_allocated_bytes)",
+          cause=f"{api.node}'s AscendStoreConnector saves nothing to the pool",
+          remedy="check MMC_LOCAL_CONFIG_PATH on the producer and the MetaService")
+    need_bytes = (room1.allocated - room0.allocated) / stored * need_tokens
+    if not room1.fits(need_bytes):
+        pytest.skip(f"no dev mode, and the pool cannot hold the fill that pushes {api.node}'s local prefix cache "
+                    f"({local.tokens} tokens) out: {need_bytes:.0f} more bytes on {room1.allocated:.0f} of "
+                    f"{room1.total:.0f} would pass the MetaService's 90 % eviction threshold")
+
+    def send(prompt: str) -> int:
+        return int(_complete(http, api, plan, prompt, max_tokens=1)["usage"]["prompt_tokens"])
+
+    done = eviction.fill(send, need_tokens, min(eviction.CHUNK_TOKENS, plan.expect.max_model_len // 2),
+                         f"{RUN_NONCE} evict {api.node}", eviction.deadline_s(need_tokens))
+    room2 = _meta_room(http, plan)
+    props = done.properties(local) | {"eviction.pool_evictions": f"{room2.evictions - room1.evictions:.0f}"}
+    return _Evicted({p: r["choices"][0]["text"] for p, r in replies.items()}, props)
+
+
+@pytest.fixture(scope="module")
+def evicted(http, plan):
+    """``evicted(api)``: once per module, the first outputs of _evicted_prompts() on ``api``, whose local
+    prefix cache was then filled past them."""
+    done: dict[str, _Evicted] = {}
+
+    def get(api) -> _Evicted:
+        if api.url not in done:
+            done[api.url] = _evict_after_storing(http, plan, api)
+        return done[api.url]
+    return get
+
+
 def _two_producers(plan, cold_cache):
-    """Two pooled producer APIs, or one whose local cache can be reset between requests (dev mode)."""
+    """Two pooled producer APIs, or one and how it forgets locally: ``"reset"`` (dev mode) or ``"evict"``."""
     if not plan.expect.external_pool:
         pytest.skip("no MemCache pool: without one, external hits exist only on Decode, where vllm-ascend counts "
                     "every KV pull (test_decode_pulls_kv_from_every_prefill checks those)")
@@ -480,31 +562,66 @@ def _two_producers(plan, cold_cache):
     others = [a for a in apis if a.node != apis[0].node]
     if others:
         return apis[0], others[0], None
-    done, why = cold_cache()
-    if not done:
-        pytest.skip(f"one pooled producer API ({apis[0].node}, a PP Prefill group) and its local prefix cache "
-                    f"cannot be reset, so a repeated prefix is a local hit, never an external one: {why}")
-    return apis[0], apis[0], cold_cache
+    done, _ = cold_cache()  # dev mode, when the engines serve it, is one request instead of a fill
+    return apis[0], apis[0], "reset" if done else "evict"
+
+
+def _local_hits(http, api) -> float:
+    return _counter(_metrics(http, api), "vllm:prefix_cache_hits_total")
+
+
+def _first_output(http, plan, api, how, cold_cache, evicted, record_property, tag: str) -> str:
+    """The prompt ``tag`` computed once on ``api`` and gone from its local cache (single producer), or
+    computed on ``api`` (two producers: the other one never saw it)."""
+    prompt = _evicted_prompts()[tag]
+    if how == "evict":
+        result = evicted(api)
+        for key, value in result.properties.items():
+            record_property(key, value)
+        return result.outputs[prompt]
+    out = _complete(http, api, plan, prompt)["choices"][0]["text"]
+    if how == "reset":
+        cold_cache()
+    return out
+
+
+def _repeat(http, plan, api, how, prompt: str) -> tuple[dict, float, float]:
+    """The prompt again on ``api``: (reply, external hits it added, local hits it added)."""
+    local0 = _local_hits(http, api)
+    _, ext0 = _external(http, plan, [api])
+    out = _complete(http, api, plan, prompt)
+    _, ext1 = _external(http, plan, [api])
+    local = _local_hits(http, api) - local0
+    if how == "evict":
+        check(local == 0, what=f"local prefix cache hits on {api.node} after the fill", expected="0",
+              actual=f"{local:.0f} tokens", where=f"{api.node} ({api.url}/metrics, vllm:prefix_cache_hits_total)",
+              cause="the local cache holds more than vllm:cache_config_info advertises, or the fill's requests "
+                    "went to another engine", remedy="compare num_gpu_blocks with the engine log's 'GPU KV cache "
+                    "size' line", kind="kit")
+    return out, ext1 - ext0, local
 
 
 @pytest.mark.conformance(area="external-cache", must="A prefix stored in the pool MUST be an external hit on a Prefill engine "
                                          "that did not compute it, and a fresh prompt MUST NOT hit.")
-def test_external_cache_hits_on_repeated_prefix(http, plan, cold_cache):
+def test_external_cache_hits_on_repeated_prefix(http, plan, cold_cache, evicted, record_property):
     """Measured on the producer side: Decode engines count every KV pull as external hits, so their
-    counters prove nothing about the cache."""
-    first, second, reset = _two_producers(plan, cold_cache)
-    prompt = _prompt("repeat")
-    out1 = _complete(http, first, plan, prompt)
-    if reset:
-        reset()
-    _, before = _external(http, plan, [second])
-    out2 = _complete(http, second, plan, prompt)
-    _, after = _external(http, plan, [second])
-    assert after > before, (f"{second.node} found none of the blocks {first.node} stored (external hits "
-                            f"{before:.0f} -> {after:.0f}): check PYTHONHASHSEED on every engine, the AscendStoreConnector "
-                            "and the MemCache pool")
-    assert out1["choices"][0]["text"] == out2["choices"][0]["text"], \
+    counters prove nothing about the cache.
+
+    With one pooled producer, its local cache must forget the prefix first: ``/reset_prefix_cache``
+    when the engines serve it (VLLM_SERVER_DEV_MODE=1), else a fill by volume. That fill costs about
+    1.05 x the local KV cache in prompt tokens (``vllm:cache_config_info`` num_gpu_blocks x
+    block_size): 2.2 M tokens for 16384 blocks of 128, about 110 s at a stated 20,000 tokens/s
+    prefill (k3lab.conformance.eviction); the run records tokens, requests and seconds as
+    ``eviction.*`` properties."""
+    first, second, how = _two_producers(plan, cold_cache)
+    out1 = _first_output(http, plan, first, how, cold_cache, evicted, record_property, "repeat")
+    out2, hits, _ = _repeat(http, plan, second, how, _evicted_prompts()["repeat"])
+    assert hits > 0, (f"{second.node} found none of the blocks {first.node} stored (external hits +0"
+                      f"{', after its local prefix cache was filled past them' if how == 'evict' else ''}): check "
+                      "PYTHONHASHSEED on every engine, the AscendStoreConnector and the MemCache pool")
+    assert out1 == out2["choices"][0]["text"], \
         "outputs at temperature 0 differ between identical requests on two engines"
+    _, after = _external(http, plan, [second])
     _complete(http, second, plan, _prompt("control"))
     _, control = _external(http, plan, [second])
     assert control == after, (f"a fresh prompt counted {control - after:.0f} external hits on {second.node}: the "
@@ -533,22 +650,26 @@ def test_pool_stores_blocks(http, entrypoint, plan):
 
 
 @pytest.mark.conformance(area="external-cache", must="Blocks stored by each pooled producer MUST be external hits on another.")
-def test_pool_hits_across_engines(http, plan, cold_cache):
+def test_pool_hits_across_engines(http, plan, cold_cache, evicted, record_property):
     """Around the ring of pooled producer APIs, each stores a new prefix the next one must hit.
 
     Local prefix caches cannot serve the second engine, so only the MemCache pool can: this
     fails when the pool is missing, a hash seed differs, or a client holds the wrong config, and
     names the pair.
     """
-    first, second, reset = _two_producers(plan, cold_cache)
-    apis = _pool_apis(plan) if reset is None else [first]
+    first, second, how = _two_producers(plan, cold_cache)
+    if how is not None:
+        _first_output(http, plan, first, how, cold_cache, evicted, record_property, "ring")
+        _, hits, _ = _repeat(http, plan, first, how, _evicted_prompts()["ring"])
+        assert hits > 0, (f"{first.node} found none of the blocks it stored once its local prefix cache forgot them "
+                          f"({how}) in the MemCache pool: check MMC_LOCAL_CONFIG_PATH and the MetaService")
+        return
+    apis = _pool_apis(plan)
     bad = []
     for i, a in enumerate(apis):
         b = apis[(i + 1) % len(apis)]
         prompt = _prompt(f"pool {a.node}->{b.node}", 400)
         _complete(http, a, plan, prompt)
-        if reset:
-            reset()
         _, before = _external(http, plan, [b])
         _complete(http, b, plan, prompt)
         _, after = _external(http, plan, [b])
