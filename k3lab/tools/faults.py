@@ -473,8 +473,10 @@ LIVE = [
           running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
           revert=[("node0", ["k3sim-fault", "clear", "engine.ignore_dp_rank_header"])],
           message="pinned to rank 3, vllm:request_success_total moved on engines"),
+    # the one pooled producer's cross-engine checks read the MetaService's capacity before their fill (#24)
     Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
-          S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]"}),
+          S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]",
+             "test_external_cache_hits_on_repeated_prefix", "test_pool_hits_across_engines"}),
           running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
     Fault("L-PROVIDER-GONE", "F10 a provider exits", "a3_pd_pooled", S({"test_metaservice_capacity"}),
           running=[("d2", ["bash", "-c", 'kill "$(cat /root/k3lab/memcache/.k3lab/d2_provider.pid)"'])]),
