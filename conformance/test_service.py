@@ -517,7 +517,13 @@ def _evict_after_storing(http, plan, api) -> _Evicted:
         pytest.skip(f"no dev mode and the MetaService serves no capacity metrics (MemCache 1.0.x): cannot show the pool "
                     f"holds the {need_tokens} tokens that push {api.node}'s local prefix cache out")
     replies = {p: _complete(http, api, plan, p) for p in _evicted_prompts().values()}
-    room1 = _meta_room(http, plan)
+    rooms = [room0]
+
+    def stored_some() -> bool:  # vllm-ascend saves to the pool asynchronously, after the reply
+        rooms.append(_meta_room(http, plan))
+        return rooms[-1].allocated > room0.allocated
+    waits.poll(stored_some, timeout=10, interval=0.5)
+    room1 = rooms[-1]
     stored = sum(r["usage"]["prompt_tokens"] for r in replies.values())
     check(room1.allocated > room0.allocated, what="pool bytes stored for new prompts", expected="more than before",
           actual=f"{room0.allocated:.0f} -> {room1.allocated:.0f} bytes after {stored} new prompt tokens",
