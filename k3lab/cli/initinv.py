@@ -79,6 +79,24 @@ def render_text(sid: str) -> str:
         out += _comment(_field(inventory.Inventory, "metaservice_node") + " (this file gives the MetaService its "
                         "own node, 'meta'; remove that node and set this key to run it on another node)")
         out += ["# metaservice_node: p0", ""]
+    out += _sections(sid, sim)
+    out += _comment("rank is role-local, from 0: the DP start rank (mixed, decode) or the PP node rank (prefill); "
+                    "the rank-0 node of each role is its head (DP address, PP master). nic is the interface that "
+                    "owns local_ip; endpoint is how the kit reaches the node's Docker engine.")
+    out.append("nodes:")
+    for i, node in enumerate(sim.nodes):
+        ip = f"{PLACEHOLDER_NET}.{11 + i}"
+        out += [f"  - name: {node.name}", f"    role: {node.role}", f"    rank: {node.rank}",
+                f"    local_ip: {ip}", "    nic: enp189s0f0", f"    endpoint: ssh://root@{ip}"]
+        if sc.platform == "950DT" and node.role in ("prefill", "decode"):
+            out.append(f"    # engine_id: {node.role}  # 950DT ENGINE_ID (default: prefill / decode<rank>)")
+        out.append("    # container_name: vllm-ascend  # distinct names when nodes share an endpoint")
+    return "\n".join(out) + "\n"
+
+
+def _sections(sid: str, sim) -> list[str]:
+    """The ports (only those the scenario uses), paths and lab sections, each key with its meaning."""
+    out: list[str] = []
     used = used_ports(sid)
     for section, model in (("ports", inventory.Ports), ("paths", inventory.Paths), ("lab", inventory.Lab)):
         out += _comment(_field(inventory.Inventory, section) +
@@ -92,18 +110,7 @@ def render_text(sid: str) -> str:
             value = getattr(defaults, name)
             out.append(f"  {'# ' if value is None else ''}{name}: {_value(value)}")
         out.append("")
-    out += _comment("rank is role-local, from 0: the DP start rank (mixed, decode) or the PP node rank (prefill); "
-                    "the rank-0 node of each role is its head (DP address, PP master). nic is the interface that "
-                    "owns local_ip; endpoint is how the kit reaches the node's Docker engine.")
-    out.append("nodes:")
-    for i, node in enumerate(sim.nodes):
-        ip = f"{PLACEHOLDER_NET}.{11 + i}"
-        out += [f"  - name: {node.name}", f"    role: {node.role}", f"    rank: {node.rank}",
-                f"    local_ip: {ip}", "    nic: enp189s0f0", f"    endpoint: ssh://root@{ip}"]
-        if sc.platform == "950DT" and node.role in ("prefill", "decode"):
-            out.append(f"    # engine_id: {node.role}  # 950DT ENGINE_ID (default: prefill / decode<rank>)")
-        out.append("    # container_name: vllm-ascend  # distinct names when nodes share an endpoint")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def used_ports(sid: str) -> list[str]:
