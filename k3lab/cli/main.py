@@ -238,7 +238,7 @@ def _add_init(sub) -> None:
 
 def _add_faults(sub) -> None:
     p = sub.add_parser("faults", help="run the fault matrix and print expected vs observed failing checks")
-    p.add_argument("--list", action="store_true", help="list the fault ids (static and live) and exit")
+    p.add_argument("--list", action="store_true", help="list the fault ids (static, live, lab, host) and exit")
     p.add_argument("--id", action="append", metavar="FAULT", help="only this fault id (repeatable; see --list)")
     p.add_argument("--static-only", action="store_true", help="only the static rows (no Docker)")
     p.add_argument("--json", metavar="FILE", help="also write the rows to FILE and a Markdown table beside it (FILE with "
