@@ -276,3 +276,7 @@ def test_num_gpu_blocks_override_sizes_the_cache(tmp_path, procs):
     text = request(port, "/metrics")[1]
     assert 'num_gpu_blocks="5"' in text and 'num_gpu_blocks_override="5"' in text
     assert "GPU KV cache size: 80 tokens" in p.out
+    port = free_port()
+    q = procs(VLLM + _serve(model, port, _kv("kv_producer", free_port())), env(tmp_path, "d"))
+    wait_ready(q, port)
+    assert 'num_gpu_blocks="1024"' in request(port, "/metrics")[1]  # default: two requests of max_model_len 8192

@@ -114,8 +114,12 @@ class ServeConfig:
     @property
     def num_gpu_blocks(self) -> int:
         """KV blocks of each engine: ``--num-gpu-blocks-override`` as in vLLM, else what the simulated HBM
-        holds (``K3SIM_NUM_GPU_BLOCKS``, a property of the sim's hardware)."""
-        return int(self.args.num_gpu_blocks_override or os.environ.get("K3SIM_NUM_GPU_BLOCKS", "16384"))
+        holds: ``K3SIM_NUM_GPU_BLOCKS``, by default two requests of ``max_model_len`` (vLLM refuses to
+        start below one). Small on purpose: filling it costs the external-cache checks seconds here."""
+        if self.args.num_gpu_blocks_override:
+            return int(self.args.num_gpu_blocks_override)
+        default = -(-2 * self.max_model_len // self.block_size)
+        return int(os.environ.get("K3SIM_NUM_GPU_BLOCKS") or default)
 
     def cache_config_info(self) -> dict[str, str]:
         """The labels of ``vllm:cache_config_info``: ``CacheConfig.metrics_info()``, every field of
