@@ -97,12 +97,15 @@ def pid_file(proc: Process) -> str:
     return f"{proc.cwd.rstrip('/')}/.k3lab/{proc.id.replace('/', '_')}.pid"
 
 
+# the paths (inventory values) reach the shell as variables of its environment, never as its text
+START = ('mkdir -p "$(dirname -- "$K3_PID")" "$(dirname -- "$K3_LOG")" && echo $$ > "$K3_PID" && '
+         'exec bash "$K3_SCRIPT" >> "$K3_LOG" 2>&1')
+
+
 def start_process(run: Run, proc: Process) -> None:
     """Start one planned process detached; its shell records a PID so liveness can be checked."""
     script = proc.script or ""
     pid = pid_file(proc)
-    cmd = ("mkdir -p \"$(dirname \"$K3_PID\")\" \"$(dirname \"$K3_LOG\")\" && echo $$ > \"$K3_PID\" && "
-           "exec bash \"$K3_SCRIPT\" >> \"$K3_LOG\" 2>&1")
     # the environment the guide's interactive shell has in this image (shell parity), then the kit's own
     env = {**run.shell_env.get(proc.node, {}), "K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
     if run.plan.target == "sim" or any(d.id.startswith("emu-") for d in run.plan.deviations):
@@ -115,7 +118,7 @@ def start_process(run: Run, proc: Process) -> None:
         env["VLLM_API_KEY"] = secret
     if secret and proc.kind == "proxy":
         env["OPENAI_API_KEY"] = secret
-    run.backend.exec_detached(proc.node, ["bash", "-c", cmd], env=env, workdir=proc.cwd)
+    run.backend.exec_detached(proc.node, ["bash", "-c", START], env=env, workdir=proc.cwd)
 
 
 def alive(run: Run, proc: Process) -> bool:
@@ -133,12 +136,9 @@ def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
 
     def node_alive(node: str) -> dict[str, bool]:
         group = by_node[node]
-        # one line per process, in order: 0 alive (or no PID yet), 1 gone
-        script = "; ".join(f'if [ ! -s {pid_file(p)} ] || kill -0 "$(cat {pid_file(p)})" 2>/dev/null; '
-                           f"then echo 0; else echo 1; fi" for p in group)
         # each line answers for one process, so a partial answer (exec cut short) still counts for
         # the lines it has; an unanswered process (exec failed, container gone) counts as gone
-        answers = run.backend.exec(node, ["bash", "-c", script], timeout=10).output.split()
+        answers = run.backend.exec(node, alive_argv([pid_file(p) for p in group]), timeout=10).output.split()
         return {p.id: i < len(answers) and answers[i] == "0" for i, p in enumerate(group)}
 
     result: dict[str, bool] = {}
@@ -146,6 +146,15 @@ def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
         for got in pool.map(node_alive, by_node):
             result.update(got)
     return result
+
+
+# one line per pid file, in order: 0 alive (or no PID yet), 1 gone. The paths come from the
+# inventory (paths.workdir): they are the script's arguments, never part of its text.
+ALIVE = 'for f in "$@"; do if [ ! -s "$f" ] || kill -0 "$(cat -- "$f")" 2>/dev/null; then echo 0; else echo 1; fi; done'
+
+
+def alive_argv(pid_files: list[str]) -> list[str]:
+    return ["bash", "-c", ALIVE, "k3lab-alive", *pid_files]
 
 
 def log_tail(run: Run, proc: Process, lines: int = 20) -> str:
