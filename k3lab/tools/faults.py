@@ -444,7 +444,10 @@ LIVE = [
     Fault("L-LONG-OOM-OFF", "Decode d3 runs out of HBM on a prompt near max_model_len (another node)", "a3_pd_1m",
           S({"test_long_requests_complete_through_the_entrypoint"}),
           running=[("d3", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"])],
-          suite_args=("--long-requests", "--long-request-concurrency", "4", "-m", "long_requests"),
+          # the proxy picks a Decode after each prefill, the least loaded one: answers long enough to overlap
+          # (1000 tokens, about 1 s on the sim) keep every Decode busy in turn, so d3 is always picked
+          suite_args=("--long-requests", "--long-request-concurrency", "4", "--long-request-output", "1000",
+                      "-m", "long_requests"),
           message="HTTP 502: Decode backend request to /completions failed", diagnosis="npu-oom@d3"),
     # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
     # reverted in place so the rows share one bring-up.
