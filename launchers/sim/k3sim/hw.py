@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import zlib
 
 # Every hccn_tool / npu-smi call starts a fresh interpreter that imports this module, thousands of
 # times per release: pathlib, typing, tempfile and json cost more than the call's own work, so they
@@ -68,8 +69,9 @@ def _node_path() -> str:
 def load() -> dict[str, Any]:
     """The node description, re-read on every call so injected faults apply at once.
 
-    The cache is keyed by (device, inode, mtime, size) of the open file: a fault rewrites the file
-    (atomic replace, new inode), so a cached copy never outlives the file it was read from."""
+    The cache is keyed by the file's content (its length and CRC-32): reading a few KiB is cheap, parsing
+    them in every tool call is not. A key from the file's identity (inode, mtime, size) went stale when a
+    freed inode came back within one clock tick with a same-sized file (a flaky stand-in test)."""
     try:
         with open(_node_path(), "rb") as fh:
             return _parsed(fh)
@@ -79,9 +81,9 @@ def load() -> dict[str, Any]:
 
 
 def _parsed(fh: Any) -> dict[str, Any]:
-    """The open node file's content, from the marshal cache of this very file when there is one."""
-    st = os.fstat(fh.fileno())
-    cache = f"{CACHE_DIR}/node-{st.st_dev}-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}.marshal"
+    """The open node file's content, from the marshal cache of the same content when there is one."""
+    raw = fh.read()
+    cache = f"{CACHE_DIR}/node-{len(raw)}-{zlib.crc32(raw):08x}.marshal"
     try:
         with open(cache, "rb") as c:
             return marshal.load(c)
@@ -89,7 +91,7 @@ def _parsed(fh: Any) -> dict[str, Any]:
         pass
     import json
 
-    data = json.loads(fh.read().decode("utf-8"))
+    data = json.loads(raw.decode("utf-8"))
     try:
         tmp = f"{cache}.{os.getpid()}"
         with open(tmp, "wb") as c:
