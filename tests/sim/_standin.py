@@ -71,8 +71,12 @@ def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS and not k.startswith(("MMC_", "K3SIM_"))}
     # a private hccn_tool lock too: tests on other xdist workers would otherwise share /tmp's and
     # get "hccn_tool is busy" from each other
+    # and no tool service but the test's own: the shims otherwise ask the port in the host's
+    # /run/k3lab-sim/tool-service, which an emulated lab's node-init leaves there (a 950 test got an
+    # A3 table from whatever listened on that port)
     env.update(PYTHONPATH=PYTHONPATH, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               K3SIM_NODE_FILE=str(tmp_path / "node.json"), K3SIM_HCCN_LOCK=str(tmp_path / ".hccn_tool.lock"))
+               K3SIM_NODE_FILE=str(tmp_path / "node.json"), K3SIM_HCCN_LOCK=str(tmp_path / ".hccn_tool.lock"),
+               K3SIM_TOOL_SERVICE=str(tmp_path / "no-tool-service"))
     env.update(extra)
     return env
 
