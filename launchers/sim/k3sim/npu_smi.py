@@ -156,35 +156,55 @@ def wide(version: str) -> bool:
     return major.isdigit() and int(major) >= 26
 
 
+# The two layouts of the 910 tables: the classic 98 columns and the 26.x drivers' 116 (vllm-ascend #12980);
+# only widths and the header and process-table texts differ, the rows are the same.
+_LAYOUT = {
+    98: dict(line="LINE_98", sep="SEP_98", eq="EQ_98", ver=(24, 53), watts=11, temp=17, huge=14, core=11, mem=10,
+             hbm=14, idle=61,
+             head="| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
+             head2="| Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+             procs="| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |"),
+    116: dict(line="LINE_116", sep="SEP_116", eq="EQ_116", ver=(35, 60), watts=20, temp=23, huge=17, core=20, mem=16,
+              hbm=17, idle=79,
+              head="| NPU   Name                | Health        | Power(W)             Temp(C)                 "
+                   "Hugepages-Usage(page)   |",
+              head2="| Bus-Id        | AICore(%)            Memory-Usage(MB)        HBM-Usage(MB)           |",
+              procs="| NPU     Chip              | Process id    | Process name       | Process memory(MB)    "
+                    "| Process id in container |"),
+}
+
+
 def table(node: hw.Node) -> str:
     if node.platform == "950DT":
         return table_950(node)
-    if wide(driver_version(node)):
-        return table_116(node)
+    return table_910(node, 116 if wide(driver_version(node)) else 98)
+
+
+def table_910(node: hw.Node, columns: int) -> str:
+    lay = _LAYOUT[columns]
+    line, sep, eq = (globals()[lay[k]] for k in ("line", "sep", "eq"))
     name, power, hbm_used, hbm_total = CHIP[node.platform]
     a3 = node.platform == "A3"
     chips = 2 if a3 else 1
     version = driver_version(node)
-    out = [LINE_98, f"| npu-smi {version:<24} Version: {version:<53}|", SEP_98,
-           "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
-           ("| Chip  Phy-ID              " if a3 else "| Chip                      ")
-           + "| Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |", EQ_98]
+    v1, v2 = lay["ver"]
+    out = [line, f"| npu-smi {version:<{v1}} Version: {version:<{v2}}|", sep, lay["head"],
+           ("| Chip  Phy-ID              " if a3 else "| Chip                      ") + lay["head2"], eq]
     for card in range(node.device_count // chips):
         for chip in range(chips):
             dev = card * chips + chip
             if node.device_faults(dev).get("missing"):
                 continue  # a die the driver no longer enumerates has no row
             watts = "-" if chip == 1 else f"{power + dev % 5 * 1.3:.1f}"
-            out.append(f"| {card:<5} {name:<20}| {health_cell(node, dev):<13} | {watts:<11} {36 + dev % 3:<17} "
-                       f"{0:<5}/ {0:<14}|")
+            out.append(f"| {card:<5} {name:<20}| {health_cell(node, dev):<13} | {watts:<{lay['watts']}} "
+                       f"{36 + dev % 3:<{lay['temp']}} {0:<5}/ {0:<{lay['huge']}}|")
             slot = f"| {chip:<5} {dev:<20}|" if a3 else f"| {chip:<26}|"
-            out.append(f"{slot} 0000:{BUS_IDS[node.platform][dev]}:00.0  | {0:<11} {0:<5}/ {0:<10} "
-                       f"{hbm_used - chip * 223:<5}/ {hbm_total:<14}|")
-            out.append(LINE_98 if chip + 1 < chips else EQ_98)
-    out += [SEP_98, "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |",
-            EQ_98]
+            out.append(f"{slot} 0000:{BUS_IDS[node.platform][dev]}:00.0  | {0:<{lay['core']}} {0:<5}/ "
+                       f"{0:<{lay['mem']}} {hbm_used - chip * 223:<5}/ {hbm_total:<{lay['hbm']}}|")
+            out.append(line if chip + 1 < chips else eq)
+    out += [sep, lay["procs"], eq]
     for card in range(node.device_count // chips):
-        out += [f"| No running processes found in NPU {card:<61}|", EQ_98]
+        out += [f"| No running processes found in NPU {card:<{lay['idle']}}|", eq]
     return "\n".join(out) + "\n"
 
 
@@ -193,35 +213,6 @@ def health_cell(node: hw.Node, device_id: int) -> str:
     if node.faults("npu_smi").get("table") == "garbled" and device_id == 1:
         return "ERR!"
     return health_of(node, device_id)
-
-
-def table_116(node: hw.Node) -> str:
-    """The 26.x layout (116 columns), row for row as vllm-ascend #12980 prints it."""
-    name, power, hbm_used, hbm_total = CHIP[node.platform]
-    a3 = node.platform == "A3"
-    chips = 2 if a3 else 1
-    version = driver_version(node)
-    out = [LINE_116, f"| npu-smi {version:<35} Version: {version:<60}|", SEP_116,
-           "| NPU   Name                | Health        | Power(W)             Temp(C)                 Hugepages-Usage(page)   |",
-           ("| Chip  Phy-ID              " if a3 else "| Chip                      ")
-           + "| Bus-Id        | AICore(%)            Memory-Usage(MB)        HBM-Usage(MB)           |", EQ_116]
-    for card in range(node.device_count // chips):
-        for chip in range(chips):
-            dev = card * chips + chip
-            if node.device_faults(dev).get("missing"):
-                continue
-            watts = "-" if chip == 1 else f"{power + dev % 5 * 1.3:.1f}"
-            out.append(f"| {card:<5} {name:<20}| {health_cell(node, dev):<13} | {watts:<20} {36 + dev % 3:<23} "
-                       f"{0:<5}/ {0:<17}|")
-            slot = f"| {chip:<5} {dev:<20}|" if a3 else f"| {chip:<26}|"
-            out.append(f"{slot} 0000:{BUS_IDS[node.platform][dev]}:00.0  | {0:<20} {0:<5}/ {0:<16} "
-                       f"{hbm_used - chip * 223:<5}/ {hbm_total:<17}|")
-            out.append(LINE_116 if chip + 1 < chips else EQ_116)
-    out += [SEP_116, "| NPU     Chip              | Process id    | Process name       | Process memory(MB)    "
-            "| Process id in container |", EQ_116]
-    for card in range(node.device_count // chips):
-        out += [f"| No running processes found in NPU {card:<79}|", EQ_116]
-    return "\n".join(out) + "\n"
 
 
 def table_950(node: hw.Node) -> str:
