@@ -299,7 +299,7 @@ def tls(text: str) -> Tls:
     return Tls(int(found[0][0]), int(found[0][1]))
 
 
-_SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) received, ([0-9.]+)% packets? loss")
+_SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) received, (\d+(?:\.\d+)?)% packets? loss")
 _PLANE = re.compile(r"L1 plane check result\s*=\s*(0x[0-9A-Fa-f]+)")
 
 
@@ -327,9 +327,14 @@ def ping(text: str) -> Ping:
     if len(found) != 1:
         raise Unparsed(f"no 'packets transmitted' summary in {_show(text)}" if not found else
                        f"several ping summaries in {_show(text)}")
-    sent, got, loss = found[0]
+    sent, got, loss = int(found[0][0]), int(found[0][1]), float(found[0][2])
+    # a summary out of its domain is garbled, not a result: more received than sent, a loss
+    # outside 0-100 % (e.g. the real '3 packets transmitted, 0 received, 100.00% packet loss' is in)
+    if got > sent or not 0.0 <= loss <= 100.0:
+        raise Unparsed(f"ping summary out of its domain ({sent} transmitted, {got} received, {loss}% loss) "
+                       f"in {_show(text)}")
     planes = tuple(v for v in _PLANE.findall(text) if int(v, 16) != 0)
-    return Ping(int(sent), int(got), float(loss), planes)
+    return Ping(sent, got, loss, planes)
 
 
 def spod_info(text: str) -> dict[str, int]:

@@ -133,3 +133,23 @@ def test_an_address_that_is_not_ipv4_never_leaves_the_reader(value):
     with pytest.raises(toolparse.Unparsed):
         toolparse.ip(f"ipaddr:{value}\nnetmask:255.255.255.0\n")
 
+
+@pytest.mark.parametrize("summary", [
+    "3 packets transmitted, 4 received, 0.00% packet loss",   # more received than sent
+    "3 packets transmitted, 3 received, 150.00% packet loss",  # loss outside 0-100 %
+    "3 packets transmitted, 3 received, .% packet loss",       # no number
+    "3 packets transmitted, 3 received, 0.0.0% packet loss",   # not one number
+])
+def test_a_ping_summary_out_of_its_domain_is_unparsed_never_a_result(summary):
+    # variants of the real summary lines in tests/corpus/hccn_tool/ping_*.txt, garbled
+    with pytest.raises(toolparse.Unparsed):
+        toolparse.ping(f"device 0 PING 10.10.100.10\n{summary}\n")
+
+
+def test_a_ping_loop_over_several_devices_is_unparsed_not_the_first_answer():
+    # the guides' loop (for i in {0..7}; do hccn_tool -i $i -ping -g address A; done) prints one
+    # summary per device, as in the real examples; a reader of one device's answer refuses it
+    text = (CORPUS / "hccn_tool/ping_ok_a2_mindie_doc.txt").read_text()
+    with pytest.raises(toolparse.Unparsed, match="several ping summaries"):
+        toolparse.ping(text + text.replace("device 0", "device 1"))
+
