@@ -127,8 +127,8 @@ def _second_row(cells: list[str], chip: Chip) -> bool:
     if bus_at is None or bus_at + 1 >= len(cells):
         return False
     pairs = [(int(a), int(b)) for a, b in _PAIR.findall(cells[bus_at + 1])]
-    if not 1 <= len(pairs) <= 2:
-        return False
+    if not 1 <= len(pairs) <= 2 or any(used > total for used, total in pairs):
+        return False  # a usage above its total is garbled: the row stays unread, never a value
     ids = _ints(" ".join(cells[:bus_at]))
     chip.chip = ids[0] if ids else None
     chip.phy_id = ids[1] if len(ids) > 1 else None

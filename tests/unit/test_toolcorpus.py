@@ -153,3 +153,11 @@ def test_a_ping_loop_over_several_devices_is_unparsed_not_the_first_answer():
     with pytest.raises(toolparse.Unparsed, match="several ping summaries"):
         toolparse.ping(text + text.replace("device 0", "device 1"))
 
+
+def test_an_hbm_usage_above_its_total_leaves_the_row_unread():
+    # the real A2 row of tests/corpus/npu_smi/a2_910b2_25.0.rc1.1_underload_issue1715.txt, with the
+    # used HBM pushed above the total: read as unparsed output, never as a usage to report
+    text = (CORPUS / "npu_smi/a2_910b2_25.0.rc1.1_underload_issue1715.txt").read_text()
+    info = toolparse.npu_smi_info(text.replace("45756/ 65536", "75756/ 65536"))
+    assert len(info.unparsed) == 1 and "75756/ 65536" in info.unparsed[0]
+    assert [c.hbm for c in info.chips] == [None, (45753, 65536)]
