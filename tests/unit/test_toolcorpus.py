@@ -55,6 +55,8 @@ READERS = {
     "cann_version": lambda t: _probe("cann", t)["cann"],
     "memcache_health": lambda t: memcache.health_ok(200, t),
     "lldp_ifname": toolparse.lldp_ifname,
+    "netdetect": toolparse.netdetect,
+    "gateway": toolparse.gateway,
 }
 
 
