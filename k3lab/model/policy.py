@@ -224,9 +224,7 @@ def parse(text: str | bytes, source: str = "<policy>") -> Policy:
     from k3lab.model import safeyaml
 
     try:
-        data, lines = safeyaml.loads(_decode(text, source), source, max_depth=MAX_DEPTH)
-    except PolicyError:
-        raise
+        data, lines = safeyaml.loads(safeyaml.decode(text, source, "policy", MAX_BYTES), source, max_depth=MAX_DEPTH)
     except InputError as exc:
         raise PolicyError(str(exc)) from None
     return _validate(data, source, lines)
@@ -243,23 +241,12 @@ def _validate(data: object, source: str, lines=None) -> Policy:
         raise PolicyError(f"{source}: invalid policy\n" + validation.describe(exc, data, source, Policy, lines)) from None
 
 
-def _decode(text: str | bytes, source: str) -> str:
-    """The policy as text, within the size limit."""
-    raw = text.encode() if isinstance(text, str) else text
-    if len(raw) > MAX_BYTES:
-        raise PolicyError(f"{source}: {len(raw)} bytes, over the {MAX_BYTES}-byte limit for a policy file")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PolicyError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
 def load(path: str | Path | None = None) -> Policy:
     from k3lab.model import safeyaml
 
     path = Path(path) if path else DEFAULT_PATH
     try:
-        data, lines = safeyaml.load(path, "policy", MAX_BYTES)
+        data, lines = safeyaml.load(path, "policy", MAX_BYTES, MAX_DEPTH)
     except InputError as exc:
         raise PolicyError(str(exc)) from None
     return _validate(data, str(path), lines)

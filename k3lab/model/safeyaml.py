@@ -124,12 +124,19 @@ def read_capped(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
             raw = fh.read(max_bytes + 1)  # the file may grow after the stat: never past the cap
         except OSError as exc:
             raise InputError(f"{p}: cannot read the {what} file ({exc.strerror})") from None
-    if len(raw) > max_bytes:
-        raise InputError(f"{p}: {what} file is larger than the limit of {max_bytes} bytes")
+    return decode(raw, str(p), what, max_bytes)
+
+
+def decode(raw: str | bytes, source: str, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """Input bytes (a file's, or text handed over in memory) as UTF-8 text within ``max_bytes``;
+    an InputError naming ``source`` otherwise."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > max_bytes:
+        raise InputError(f"{source}: {what} file is larger than the limit of {max_bytes} bytes (the {what} byte limit)")
     try:
-        return raw.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{p}: {what} file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InputError(f"{source}: {what} file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _check_type(st: os.stat_result, p: Path, what: str, max_bytes: int) -> None:
@@ -210,6 +217,7 @@ def loads(text: str, source: str, max_depth: int = MAX_DEPTH, max_events: int = 
         raise InputError(f"{source}: not valid YAML: {exc}") from None
 
 
-def load(path: str | Path, what: str = "inventory", max_bytes: int = MAX_BYTES) -> tuple[object, Lines]:
+def load(path: str | Path, what: str = "inventory", max_bytes: int = MAX_BYTES,
+         max_depth: int = MAX_DEPTH) -> tuple[object, Lines]:
     """Read and parse one untrusted YAML file with every cap; errors are InputError (exit code 2)."""
-    return loads(read_capped(path, what, max_bytes), str(path))
+    return loads(read_capped(path, what, max_bytes), str(path), max_depth)

@@ -124,3 +124,13 @@ def test_policy_init_writes_a_commented_valid_example(tmp_path, capsys):
     assert cli.main(["policy", "--check", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"defaults.areas.perf ({out}:15): " in err and "did you mean 'block'?" in err and "Traceback" not in err
+
+
+def test_a_policy_file_has_the_caps_of_policy_text(tmp_path):
+    # one loader: a file is held to the nesting cap of parse(), not to the inventories' deeper one
+    deep = tmp_path / "deep.yaml"
+    deep.write_bytes(b"a: " + b"[" * 25 + b"]" * 25 + b"\n")
+    with pytest.raises(PolicyError, match="nested more than 20 levels deep"):
+        policy.load(deep)
+    with pytest.raises(PolicyError, match="not UTF-8"):  # a lone surrogate is not text, and no traceback
+        parse("defaults: '\ud800'\n", "s.yaml")
