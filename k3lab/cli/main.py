@@ -256,28 +256,32 @@ def _add_bench(sub) -> None:
     p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_bench"))
 
 
-def _add_up(sub) -> None:
-    p = sub.add_parser("up", help="bring a scenario up (sim by default, lab with --inventory)")
+def _bring_up_parser(sub, name: str, summary: str, keep: str, *own) -> None:
+    """A command that brings a scenario up (``up``, ``cycle``): one set of bring-up options, in one
+    order, with the command's own options (``(flag, add_argument keywords)``) before strict and pull."""
+    p = sub.add_parser(name, help=summary)
     _scenario_args(p)
     _target_arg(p)
-    p.add_argument("--keep", action="store_true", help="leave the deployment up")
+    p.add_argument("--keep", action="store_true", help=keep)
+    for flag, kwargs in own:
+        p.add_argument(flag, **kwargs)
     _strict_arg(p)
     _pull_arg(p)
-    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_up"))
+    p.set_defaults(fn=lazy("k3lab.cli.commands", f"cmd_{name}"))
+
+
+def _add_up(sub) -> None:
+    _bring_up_parser(sub, "up", "bring a scenario up (sim by default, lab with --inventory)", "leave the deployment up")
 
 
 def _add_cycle(sub) -> None:
-    p = sub.add_parser("cycle", help="up, run the conformance suite, down (pytest arguments after --)")
-    _scenario_args(p)
-    _target_arg(p)
-    p.add_argument("--keep", action="store_true", help="leave the deployment up after the suite")
-    p.add_argument("--conformance-timeout", type=float, default=1800, metavar="SECONDS",
-                   help="time limit of the conformance suite (default 1800)")
-    p.add_argument("--inject", metavar="FAULT",
-                   help="sim only: inject a live fault of the catalog (k3lab faults --list), to prove a gate fails")
-    _strict_arg(p)
-    _pull_arg(p)
-    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_cycle"))
+    _bring_up_parser(
+        sub, "cycle", "up, run the conformance suite, down (pytest arguments after --)",
+        "leave the deployment up after the suite",
+        ("--conformance-timeout", {"type": float, "default": 1800, "metavar": "SECONDS",
+                                   "help": "time limit of the conformance suite (default 1800)"}),
+        ("--inject", {"metavar": "FAULT",
+                      "help": "sim only: inject a live fault of the catalog (k3lab faults --list), to prove a gate fails"}))
 
 
 def _add_check(sub) -> None:
