@@ -65,14 +65,23 @@ def test_redaction_is_of_values_never_of_the_finished_html(monkeypatch):
     assert "key &lt;redacted&gt; here" in html and "s&lt;redacted&gt;" in html and "td" not in html.replace("<td", "").replace("'td'", "").replace("</td>", "")
 
 
-def test_a_failed_force_render_leaves_the_old_tree_and_no_k3lab_old_directory(monkeypatch, tmp_path, capsys):
+# which rename of a --force render fails: the new tree taking the old one's place, or the old tree moving
+# aside (a mount point cannot be moved)
+_BLOCKED_RENAME = {
+    "new-tree-cannot-take-its-place": lambda src, dst, out: Path(dst) == out and ".k3lab-old-" not in str(src),
+    "old-tree-cannot-move": lambda src, dst, out: Path(src) == out,
+}
+
+
+@pytest.mark.parametrize("blocked", sorted(_BLOCKED_RENAME))
+def test_a_failed_force_render_leaves_the_old_tree_and_nothing_behind(blocked, monkeypatch, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("previous render")
     real = os.rename
 
     def failing(src, dst):
-        if Path(dst) == out and ".k3lab-old-" not in str(src):  # the new tree cannot take its place
+        if _BLOCKED_RENAME[blocked](src, dst, out):
             raise OSError(16, "Device or resource busy")
         return real(src, dst)
 
@@ -81,19 +90,3 @@ def test_a_failed_force_render_leaves_the_old_tree_and_no_k3lab_old_directory(mo
     assert "cannot write" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "previous render"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no .out.k3lab-old-*, no .out.k3lab-*
-
-
-def test_a_force_render_whose_old_tree_cannot_move_leaves_nothing_behind(monkeypatch, tmp_path, capsys):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("previous render")
-    real = os.rename
-
-    def failing(src, dst):
-        if Path(src) == out:  # the old tree is a mount point: it cannot be moved aside
-            raise OSError(16, "Device or resource busy")
-        return real(src, dst)
-
-    monkeypatch.setattr(os, "rename", failing)
-    assert main(["render", "a3_pd", "--out", str(out), "--force"]) == errors.USAGE
-    assert (out / "keep.txt").read_text() == "previous render" and [p.name for p in tmp_path.iterdir()] == ["out"]
