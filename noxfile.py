@@ -26,17 +26,31 @@ def install(session: nox.Session) -> None:
     session.install("-e", ".[sim,test]")
 
 
-def _scenario_session(scenario: str):
+def _command_session(doc: str, *command: str):
+    """A session that installs the kit and runs one command, the arguments after ``--`` appended."""
     def run(session: nox.Session) -> None:
         install(session)
-        session.run("k3lab", "cycle", scenario, *session.posargs)
+        session.run(*command, *session.posargs)
 
-    run.__doc__ = f"Bring {scenario} up (sim unless --inventory), run the conformance suite, tear down."
+    run.__doc__ = doc
     return run
 
 
 for _sid in SCENARIOS:
-    nox.session(name=_sid)(_scenario_session(_sid))
+    nox.session(name=_sid)(_command_session(
+        f"Bring {_sid} up (sim unless --inventory), run the conformance suite, tear down.", "k3lab", "cycle", _sid))
+
+# the one-command sessions: name, what it does (nox -l), the command
+for _name, _doc, _command in [
+    ("release", "Release gate: static stage for all twelve scenarios, live cycles on the sim (2 at a time), one verdict.",
+     ["k3lab", "release", "--out", "build/release"]),
+    ("golden", "Compare every rendered artefact with golden/ (add -- --snapshot-update to accept changes).",
+     ["pytest", "tests/unit/test_golden.py"]),
+    ("bench", "Benchmarks, written as JSON to build/bench.json.", ["k3lab", "bench", "--out", "build/bench.json"]),
+    ("faults", "The fault matrix: every catalogued fault caught by exactly its intended checks (static + live).",
+     ["k3lab", "faults", "--json", "build/faults.json"]),
+]:
+    nox.session(name=_name)(_command_session(_doc, *_command))
 
 
 @nox.session
@@ -48,20 +62,6 @@ def tests(session: nox.Session) -> None:
     cov = ["--cov", "--cov-report=term:skip-covered", "--cov-report=json:build/coverage.json"]
     session.run("pytest", "-n", "2", "--dist", "loadgroup", "--ignore=tests/integration", *cov, *session.posargs)
     session.run("pytest", "tests/integration", *cov, "--cov-append", *session.posargs)
-
-
-@nox.session
-def release(session: nox.Session) -> None:
-    """Release gate: static stage for all twelve scenarios, live cycles on the sim (2 at a time), one verdict."""
-    install(session)
-    session.run("k3lab", "release", "--out", "build/release", *session.posargs)
-
-
-@nox.session
-def golden(session: nox.Session) -> None:
-    """Compare every rendered artefact with golden/ (add -- --snapshot-update to accept changes)."""
-    install(session)
-    session.run("pytest", "tests/unit/test_golden.py", *session.posargs)
 
 
 @nox.session
@@ -79,20 +79,6 @@ def preflight(session: nox.Session) -> None:
     for sid in SCENARIOS:
         session.run("k3lab", "preflight", sid)
         session.run("k3lab", "preflight", sid, "--inventory", f"fixtures/inventories/{sid}.yaml")
-
-
-@nox.session
-def bench(session: nox.Session) -> None:
-    """Benchmarks, written as JSON to build/bench.json."""
-    install(session)
-    session.run("k3lab", "bench", "--out", "build/bench.json", *session.posargs)
-
-
-@nox.session
-def faults(session: nox.Session) -> None:
-    """The fault matrix: every catalogued fault caught by exactly its intended checks (static + live)."""
-    install(session)
-    session.run("k3lab", "faults", "--json", "build/faults.json", *session.posargs)
 
 
 @nox.session
