@@ -53,6 +53,10 @@ if TYPE_CHECKING:
 NODE_FILE_ENV = "K3SIM_NODE_FILE"
 DEFAULT_NODE_FILE = "/etc/k3lab-sim/node.json"
 CACHE_DIR = "/run/k3lab-sim"
+# Parsed node files kept in CACHE_DIR. A node sees a handful of contents (one per injected fault); stand-in
+# tests run as root on a host write one per test into the host's /run, so the oldest beyond this go.
+CACHE_KEEP = 64
+STALE_TMP_S = 60  # a half-written cache file older than this belongs to a writer that died
 DEVICE_COUNT = {"A3": 16, "A2": 8, "950DT": 8}
 
 
@@ -98,8 +102,40 @@ def _parsed(fh: Any) -> dict[str, Any]:
             marshal.dump(data, c)
         os.replace(tmp, cache)
     except (OSError, ValueError):
-        pass  # no cache directory (stand-ins run on a test host): parse every time
+        return data  # no cache directory (stand-ins run on a test host): parse every time
+    prune(CACHE_DIR, CACHE_KEEP)  # only after a miss wrote an entry: a hit costs nothing more
     return data
+
+
+def prune(directory: str, keep: int, now: float | None = None) -> None:
+    """Bound the node-file cache: the ``keep`` newest entries stay, and a temporary file older than
+    STALE_TMP_S (its writer died between open and rename) goes. Processes prune concurrently: an entry
+    another one removed first is not an error, and a reader that loses its entry parses the file."""
+    import time
+
+    now = time.time() if now is None else now
+    entries, stale = [], []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if not entry.name.startswith("node-") or ".marshal" not in entry.name:
+                    continue
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    continue
+                if entry.name.endswith(".marshal"):
+                    entries.append((mtime, entry.path))
+                elif now - mtime > STALE_TMP_S:
+                    stale.append(entry.path)
+    except OSError:
+        return
+    entries.sort(reverse=True)
+    for path in stale + [path for _, path in entries[keep:]]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 class Node:
