@@ -58,7 +58,8 @@ def tests(session: nox.Session) -> None:
     """The kit's own tests: unit, golden, sim integration (needs Docker)."""
     install(session)
     # fast tests on both cores; the integration tests share one Docker engine, so they run in order
-    # coverage of the whole kit (pyproject [tool.coverage]): the integration run adds to the unit run's data
+    # coverage of the whole kit and of the processes the tests start (pyproject [tool.coverage], patch =
+    # subprocess: each child writes its own data file, combined at the end); the integration run adds to the unit run's data
     cov = ["--cov", "--cov-report=term:skip-covered", "--cov-report=json:build/coverage.json"]
     session.run("pytest", "-n", "2", "--dist", "loadgroup", "--ignore=tests/integration", *cov, *session.posargs)
     session.run("pytest", "tests/integration", *cov, "--cov-append", *session.posargs)
