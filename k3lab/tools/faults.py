@@ -541,7 +541,7 @@ LIVE = [
           message="node0: /v1/models without a key answered 200"),
     Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
           at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
-          message="Device 7 Health Status: Alarm"),
+          message="open device 7 failed, runtime result = 507033", diagnosis="npu-device-abnormal@node2"),
 ]
 
 # On the emulated lab (root): one host broken; the kit's commands end in time, name the node and its host,

@@ -67,6 +67,13 @@ def test_out_of_memory(tmp_path, procs):
     assert _top(tmp_path, "d3", p.out, p.err) == ("npu-oom", "d3")
 
 
+def test_unhealthy_device_at_start(tmp_path):
+    r = _run(tmp_path, ["serve", str(model_dir(tmp_path)), "--port", str(free_port()), "-tp", "16"],
+             faults={"devices": {"7": {"health": "Alarm"}}})
+    assert r.returncode == 1
+    assert _top(tmp_path, "node2", r.stdout, r.stderr) == ("npu-device-abnormal", "node2")
+
+
 def test_healthy_engine_output_matches_nothing(tmp_path, procs):
     port = free_port()
     p = procs(VLLM + ["serve", str(model_dir(tmp_path)), "--port", str(port), *BASE], env(tmp_path))

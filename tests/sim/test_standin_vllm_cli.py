@@ -170,7 +170,9 @@ def test_unhealthy_visible_device_fails_start(tmp_path):
              faults={"devices": {"3": {"health": "Alarm"}}})
     assert r.returncode == 1
     assert "EngineCore failed to start." in r.stdout
-    assert "Device 3 Health Status: Alarm" in r.stderr
+    # torch_npu's real wording for a device the runtime cannot start (vllm-ascend #1558, PTOAS #523)
+    assert "NPU function error: c10_npu::SetDevice(device_id_), error code is 507033" in r.stderr
+    assert "open device 3 failed, runtime result = 507033." in r.stderr
     assert "RuntimeError: Engine core initialization failed. See root cause above." in r.stderr
 
 

@@ -9,6 +9,7 @@ import fcntl
 import os
 import socket
 import struct
+import time
 
 from k3sim import hw
 from k3sim.vllm.errors import StartupError
@@ -123,10 +124,34 @@ def visible_devices(needed: int) -> list[int]:
     if len(ids) < needed:
         raise StartupError("AssertionError", f"please set tensor_parallel_size ({needed}) to less than max local "
                            f"gpu count ({len(ids)})", "vllm/v1/executor/multiproc_executor.py", stage="engine")
-    for dev in ids[:needed]:
+    for logical, dev in enumerate(ids[:needed]):
         health = hw.device_faults(dev).get("health")
         if health and str(health).upper() != "OK":
-            raise StartupError("RuntimeError", f"npuSetDevice failed, error code is 507033. Device {dev} Health "
-                               f"Status: {health}. [ERROR] EE9999: Inner Error! The device is unavailable.",
-                               where, stage="engine")
+            raise StartupError("RuntimeError", device_setup_error(logical), where, stage="engine")
     return ids[:needed]
+
+
+def _cann_time(t: float) -> str:
+    """CANN's log time, ``2025-11-19-11:14:58.516.606`` (milliseconds and microseconds apart)."""
+    us = int(t * 1e6) % 1_000_000
+    return time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime(t)) + f".{us // 1000:03d}.{us % 1000:03d}"
+
+
+def device_setup_error(logical: int) -> str:
+    """torch_npu's message when the runtime cannot start a device (507033, ACL_ERROR_RT_DEV_SETUP_ERROR), line
+    for line in the real formats: the PTA lines of vllm-ascend #1558 and #4284, the CANN error as torch_npu
+    appends it (``CODE: [PID: N] time ...``, gpustack #3352) with the E39009 text and runtime trace of PTOAS #523."""
+    now, pid = time.time(), os.getpid()
+    return "\n".join([
+        "Initialize:torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp:146 NPU function error: "
+        "c10_npu::SetDevice(device_id_), error code is 507033",
+        f"[ERROR] {_cann_time(now)[:19]} (PID:{pid}, Device:-1, RankID:-1) ERR00100 PTA call acl api failed",
+        "[Error]: Failed to start the device. ",
+        "        Rectify the fault based on the error information in the ascend log.",
+        f"E39009: [PID: {pid}] {_cann_time(now)} Failed to connect the device.",
+        "        Possible Cause: 1. Heartbeats are missing on the device. 2. The underlying channel is disconnected.",
+        "        Solution: 1. Obtain the device log and contact technical support at https://www.hiascend.com/support. "
+        "2. Restart the device.",
+        "        TraceBack (most recent call last):",
+        f"        open device {logical} failed, runtime result = 507033.[FUNC:ReportCallError][FILE:log_inner.cpp]"
+        "[LINE:161]"])
