@@ -542,6 +542,21 @@ LIVE = [
     Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
           at_start={"hw": {"node2": {"devices": {"7": {"health": "Alarm"}}}}},
           message="open device 7 failed, runtime result = 507033", diagnosis="npu-device-abnormal@node2"),
+    # /dev/shm full on one node: its engine dies at start with torch's shared-memory error (errno 28)
+    Fault("L-SHM-FULL", "/dev/shm full on one node (torch cannot share a tensor)", "k3_a3_mixed", S({"gate:workers"}),
+          at_start={"hw": {"node1": {"engine": {"shm_exhausted": True}}}},
+          message="No space left on device (28)", diagnosis="shm-too-small@node1"),
+    Fault("L-SHM-FULL-OFF", "/dev/shm full on one node (another scenario, a Decode node)", "a3_pd_1m",
+          S({"gate:workers"}), at_start={"hw": {"d2": {"engine": {"shm_exhausted": True}}}},
+          message="No space left on device (28)", diagnosis="shm-too-small@d2"),
+    # One node's HCCL links never come up: it gives up first (EI0006), then every rank of its group times out
+    # in the same link setup; the diagnosis names the node that failed first, not the ones after it.
+    Fault("L-HCCL-LINK-TIMEOUT", "HCCL link setup times out on one DP node; its group times out after it",
+          "k3_a3_mixed", S({"gate:workers"}), at_start={"hw": {"node2": {"engine": {"hccl_link_timeout_s": 2}}}},
+          message="Get_Socket_Timeout(EI0006)", diagnosis="hccl-link-timeout@node2"),
+    Fault("L-HCCL-LINK-TIMEOUT-OFF", "HCCL link setup times out on one Prefill PP node (another node, PP group)",
+          "a3_pd_1m", S({"gate:workers"}), at_start={"hw": {"p2": {"engine": {"hccl_link_timeout_s": 2}}}},
+          message="Get_Socket_Timeout(EI0006)", diagnosis="hccl-link-timeout@p2"),
 ]
 
 # On the emulated lab (root): one host broken; the kit's commands end in time, name the node and its host,

@@ -120,3 +120,37 @@ def test_healthy_metaservice_logs_match_nothing(tmp_path, procs):
     proc.kill()
     logs = "".join(p.read_text() for p in sorted((tmp_path / "mmc-logs").rglob("*.log")))
     assert logs and _top(tmp_path, "meta", proc.out, proc.err, logs) == (None, None)
+
+
+# --- /dev/shm full, HCCL links that never come up --------------------------------------------
+
+def test_shm_exhausted(tmp_path):
+    r = _run(tmp_path, ["serve", str(model_dir(tmp_path)), "--port", str(free_port()), *BASE],
+             faults={"engine": {"shm_exhausted": True}})
+    assert r.returncode == 1 and "No space left on device (28)" in r.stderr
+    assert _top(tmp_path, "node1", r.stdout, r.stderr) == ("shm-too-small", "node1")
+
+
+def _triage(tmp_path: Path, logs: dict[str, str]):
+    root = tmp_path / "collected"
+    for node, text in logs.items():
+        (root / node).mkdir(parents=True)
+        (root / node / "engine.log").write_text(text)
+    return diagnose(root)
+
+
+def test_hccl_link_timeout_names_the_node_that_gave_up_first(tmp_path, procs):
+    from tests.sim.test_standin_vllm_topology import _dp
+
+    model = model_dir(tmp_path)
+    rpc, port = free_port(), free_port()
+    head = procs(VLLM + _dp(model, 0, rpc, port), env(tmp_path, "node0"))
+    ok = procs(VLLM + _dp(model, 1, rpc, port), env(tmp_path, "node1"))
+    ok.wait_output("Loading weights took")
+    bad = procs(VLLM + _dp(model, 2, rpc, port), env(tmp_path, "node2", faults={"engine": {"hccl_link_timeout_s": 0.5}}))
+    assert [wait_exit(p) for p in (bad, head, ok)] == [1, 1, 1]
+    for p in (bad, head, ok):  # every rank times out in HCCL's link setup, the faulty one first
+        assert "Get_Socket_Timeout(EI0006): Getting socket times out." in p.err, p.err
+    found = _triage(tmp_path, {"node0": head.out + head.err, "node1": ok.out + ok.err, "node2": bad.out + bad.err})
+    assert (found.top.cause.id, found.top.node) == ("hccl-link-timeout", "node2")
+    assert set(found.top.nodes) == {"node0", "node1", "node2"} and found.top.nodes[0] == "node2"

@@ -29,7 +29,9 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
         "unreachable": ["10.88.1.12"],    # device/vnic addresses this node cannot reach
         "engine": {"crash_after_s": 5, "hang": true, "slow_start_s": 30,
                     "hash_seed": "7", "drop_kv_handshake": true,
-                    "oom_prompt_tokens": 131072},   # a longer prompt kills the engine: NPU out of memory
+                    "oom_prompt_tokens": 131072,    # a longer prompt kills the engine: NPU out of memory
+                    "shm_exhausted": true,          # /dev/shm full: the engine dies at start (errno 28)
+                    "hccl_link_timeout_s": 2},      # HCCL links never come up: EI0006 after 2 s, then the group
         "provider": {"dram_size": "512MB", "exit": true},
         "metaservice": {"exit": true}
       }

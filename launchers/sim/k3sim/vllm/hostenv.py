@@ -155,3 +155,35 @@ def device_setup_error(logical: int) -> str:
         "        TraceBack (most recent call last):",
         f"        open device {logical} failed, runtime result = 507033.[FUNC:ReportCallError][FILE:log_inner.cpp]"
         "[LINE:161]"])
+
+
+def check_shm() -> None:
+    """The ``shm_exhausted`` fault: /dev/shm is full (a container started without the guide's --shm-size, or
+    segments an earlier run left behind), so the first tensor a worker shares through it fails the way torch's
+    shared-memory allocator reports it (the format of hopsworks #1557: ``</torch_<pid>_<seed>_<n>>``, errno 28)."""
+    if not hw.faults("engine").get("shm_exhausted"):
+        return
+    seed = int.from_bytes(os.urandom(4), "little") % 10**9
+    raise StartupError("RuntimeError", f"unable to write to file </torch_{os.getpid()}_{seed}_0>: No space left "
+                       "on device (28)", "torch/multiprocessing/reductions.py", stage="engine")
+
+
+def hccl_link_timeout(rank: int, device: int = 0) -> StartupError:
+    """HCCL's link-setup timeout as torch_npu raises it at the first collective (EI0006): the PTA lines of
+    vllm-ascend #486 (ret 9 is HCCL_E_TIMEOUT, as the plog's ``ret[9]`` of #9447) and the EI0006 text of
+    vllm-ascend #5461. The time is taken now: the rank that gives up first carries the earliest line."""
+    now, pid = time.time(), os.getpid()
+    return StartupError("RuntimeError", "\n".join([
+        "InnerRunOpApi:torch_npu/csrc/framework/OpParamMaker.cpp:281 OPS function error: HcclAllreduce, error code is 9",
+        f"[ERROR] {_cann_time(now)[:19]} (PID:{pid}, Device:{device}, RankID:{rank}) ERR01100 OPS call acl api failed.",
+        f"[PID: {pid}] {_cann_time(now)} Get_Socket_Timeout(EI0006): Getting socket times out. Reason: 1. The remote "
+        "does not initiate a connect request. some NPUs in the cluster are abnormal.    2. The remote does not "
+        "initiate a connect request because the collective communication operator is started too late or is not "
+        "started by some NPU in the cluster.    3. The communication link is disconnected. (For example, the IP "
+        "addresses are not on the same network segment or the TLS configurations are inconsistent.)",
+        "        Solution: 1. Check the rank service processes with other errors or no errors in the cluster.2. If "
+        "this error is reported for all NPUs, check whether the time difference between the earliest and latest "
+        "errors is greater than the connect timeout interval (120s by default). If so, adjust the timeout "
+        "interval by using the HCCL_CONNECT_TIMEOUT environment variable.3. Check the connectivity of the "
+        "communication link between nodes. (For example, run the 'hccn_tool -i $devid -tls -g' command to check "
+        "the TLS status of each NPU)."]), "torch/distributed/distributed_c10d.py", stage="engine")

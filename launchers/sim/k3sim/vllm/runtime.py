@@ -58,6 +58,7 @@ class Runtime:
         elog = engine_logger(cfg.local_ranks[0] if cfg.local_ranks else 0)
         hostenv.visible_devices(cfg.local_world * len(cfg.local_ranks))
         hostenv.check_network()
+        hostenv.check_shm()
         config.pp_partition(cfg)
         ip = hostenv.get_ip()
         for r in cfg.local_ranks:
@@ -67,6 +68,7 @@ class Runtime:
         for mc in self.mooncakes:
             mc.bind()
         info = {"host": ip, "engine_id": self.mooncakes[0].engine_id if self.mooncakes else None}
+        self._first_collective()
         self._pp_loaded(info, deadline_head)
         self._dp_loaded(info, deadline_head)
         self.serving_since = time.time()
@@ -95,11 +97,31 @@ class Runtime:
                 mc.set_peers(peers)
             self.pp_server.start({})
         elif self.pp_client is not None:
-            self.pp_client.loaded(info, time.time() + ready_timeout(600))
+            self.pp_client.loaded(info, time.time() + ready_timeout(600), self.rank_id)
             threading.Thread(target=self._pp_watch, daemon=True).start()
         else:
             for mc in self.mooncakes:
                 mc.set_peers({0: info})
+
+    @property
+    def rank_id(self) -> int:
+        """The HCCL rank of this process's first device (torch_npu prints it as RankID)."""
+        cfg = self.cfg
+        if cfg.nnodes > 1:
+            return cfg.node_rank * cfg.local_world
+        return (cfg.local_ranks[0] if cfg.local_ranks else 0) * cfg.tp
+
+    def _first_collective(self) -> None:
+        """HCCL sets up its links at the first collective after loading; the members tell the group they are in
+        it, so a rank lost there leaves the others waiting for links (they time out after it, as on hardware).
+        The ``hccl_link_timeout_s`` fault: this node's links never come up, and it gives up first."""
+        for client in [self.pp_client, *self.dp_clients.values()]:
+            if client is not None:
+                client.linking()
+        after = hw.faults("engine").get("hccl_link_timeout_s")
+        if after is not None:
+            time.sleep(float(after))
+            raise hostenv.hccl_link_timeout(self.rank_id)
 
     def _dp_loaded(self, info: dict[str, Any], deadline_head: float) -> None:
         if self.dp_server is not None:
@@ -108,7 +130,7 @@ class Runtime:
             if self.dp_server.kind == "dp":
                 self.dp_server.close_listener()  # as real vLLM: the handshake port listens only during start-up
         for r, client in self.dp_clients.items():
-            client.loaded(info, time.time() + ready_timeout(300))
+            client.loaded(info, time.time() + ready_timeout(300), r * self.cfg.tp)
             threading.Thread(target=self._dp_serve, args=(r, client), daemon=True).start()
 
     def _join_pp(self) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from k3sim.vllm import wire
+from k3sim.vllm import hostenv, wire
 from k3sim.vllm.errors import StartupError
 from k3sim.vllm.log import Logger
 
@@ -49,6 +49,7 @@ class Member:
         self.pending: dict[int, tuple[threading.Event, list]] = {}
         self.lock = threading.Lock()
         self.alive = True
+        self.linking = False  # entered the first collective (HCCL link setup)
 
 
 class GroupServer:
@@ -68,6 +69,7 @@ class GroupServer:
         self._started = threading.Event()
         self._ids = itertools.count(1)
         self._sock: socket.socket | None = None
+        self.link_lost: int | None = None  # a member lost inside the first collective, before start
 
     def _noun(self, rank: int) -> str:
         return f"engine {rank}" if self.kind == "dp" else f"node {rank}"
@@ -167,7 +169,7 @@ class GroupServer:
 
     def _serve(self, member: Member) -> None:
         """A member's messages until its connection ends: ``loaded`` and ``res`` (answers to calls)."""
-        ops = {"loaded": self._on_loaded, "res": self._on_result}
+        ops = {"linking": self._on_linking, "loaded": self._on_loaded, "res": self._on_result}
         while True:
             msg = member.chan.recv()
             if msg is None:
@@ -175,6 +177,10 @@ class GroupServer:
             handler = ops.get(msg.get("op"))
             if handler is not None:
                 handler(member, msg)
+
+    @staticmethod
+    def _on_linking(member: Member, msg: dict) -> None:
+        member.linking = True
 
     @staticmethod
     def _on_loaded(member: Member, msg: dict) -> None:
@@ -203,6 +209,8 @@ class GroupServer:
             with self._lock:
                 if self.members.get(member.rank) is member:
                     self.members.pop(member.rank)
+            if member.linking:  # HCCL on this rank now waits for links to a peer that is gone
+                self.link_lost = member.rank
             self.log.debug("core_client.py:790", "%s disconnected before start", self._noun(member.rank))
 
     def wait_loaded(self, deadline: float, own_ready: Callable[[], bool]) -> None:
@@ -213,6 +221,8 @@ class GroupServer:
                 connected = [r for r in self.expected if r in self.members]
             if len(ready) == len(self.expected) and own_ready():
                 return
+            if self.link_lost is not None:
+                raise hostenv.hccl_link_timeout(0)
             now = time.time()
             if now >= deadline:
                 missing = sorted(self.expected - set(ready))
@@ -273,6 +283,7 @@ class GroupClient:
         self.info = info
         self.log = log
         self.chan: wire.Channel | None = None
+        self.linked = False
 
     def connect(self, deadline: float) -> None:
         while True:
@@ -302,11 +313,20 @@ class GroupClient:
         return StartupError("RuntimeError", "Did not receive response from front-end process within "
                             f"{waited / 60:g} minutes", "vllm/v1/engine/core.py", stage="engine")
 
-    def loaded(self, info: dict[str, Any], deadline: float) -> dict[str, Any]:
+    def linking(self) -> None:
+        """This rank enters the first collective: HCCL sets up its links to every peer from here on."""
+        assert self.chan is not None
+        self.chan.send({"op": "linking"})
+        self.linked = True
+
+    def loaded(self, info: dict[str, Any], deadline: float, rank_id: int = 0) -> dict[str, Any]:
         assert self.chan is not None
         self.chan.send({"op": "loaded", "info": info})
         self.chan.settimeout(max(1.0, deadline - time.time()))
         msg = self.chan.recv()
+        if msg is None and self.linked and time.time() < deadline - 1:
+            # the group fell apart inside the first collective: HCCL here waits for links that never come
+            raise hostenv.hccl_link_timeout(rank_id)
         if msg is None or msg.get("op") != "start":
             raise self._timeout(deadline)
         self.chan.settimeout(None)
