@@ -104,7 +104,9 @@ def test_hccn_device_addresses(node, tools):
                                           else f"no address ({'vnic ipaddr 0.0.0.0' if vnic else 'none preset'})")
            for d, a in sorted(addrs.items()) if not a.usable]
     assert not bad, ("; ".join(bad) + f" (hccn_tool -i <device> {option}); "
-                     + ("set the vNIC with hccn_tool -i <device> -vnic -s and check the die's HCCS link" if vnic
+                     + ("the driver assigns the vNIC (192.<server>.<2+die>.<199-device>; hccn_tool cannot set it): "
+                        "check the die's HCCS link and the node's super pod membership (npu-smi info -t spod-info), "
+                        "then reset the device" if vnic
                         else "set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s"))
 
 

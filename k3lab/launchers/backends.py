@@ -253,22 +253,25 @@ class SimBackend(Backend):
         """Simulated hardware description and the small checkpoints for /root/.cache."""
         import json
 
+        from k3lab.launchers.sim.image import sim_hw
+
         index = [n.name for n in self.plan.nodes].index(node.name)
         dnet = ipaddress.ip_network(self.device_subnet)
         base = int(dnet.network_address)
         devices = []
         for d in range(node.device_count):
             devices.append({"id": d, "ip": str(ipaddress.ip_address(base + (1 << 8) * (index + 1) + 10 + d)),
-                            "netmask": str(dnet.netmask),
-                            "vnic_ip": str(ipaddress.ip_address(base + (1 << 8) * (index + 101) + 10 + d)),
-                            "gateway": str(ipaddress.ip_address(base + 1))})
-        # fault key "super_pod": {node: id} places nodes in other super pods (default: all in pod 0)
+                            "netmask": str(dnet.netmask), "gateway": str(ipaddress.ip_address(base + 1))})
+        # fault key "super_pod": {node: id} places nodes in other super pods (default: all in pod 0).
+        # The server index is the node's place in the plan: unique, so no two vNICs share an address
+        # (the driver derives them, 192.<server>.<2+die>.<199-device>) and their carriers in the
+        # device subnet (HCCS on the sim's network) never collide.
         pods = self.faults.get("super_pod", {})
-        super_pods = {str(ipaddress.ip_address(base + (1 << 8) * (i + 101) + 10 + d)): int(pods.get(n.name, 0))
+        super_pods = {sim_hw().vnic_address(i, d): int(pods.get(n.name, 0))
                       for i, n in enumerate(self.plan.nodes) for d in range(n.device_count)}
         hw = {"node": node.name, "platform": node.platform, "device_count": node.device_count,
               "host_ip": node.address, "nic": "eth0", "super_pod_id": int(pods.get(node.name, 0)),
-              "server_index": index, "super_pods": super_pods,
+              "server_index": index, "super_pods": super_pods, "hccs_net": str(dnet),
               "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
         files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
         # the guide's image carries its vLLM / vLLM-Ascend versions as package metadata (pip show reads it)

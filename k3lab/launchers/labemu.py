@@ -151,10 +151,12 @@ def _hardware(h: Host, node: str, platform: str) -> dict:
     base = int(DEVICE_NET.network_address)
     devices = [{"id": d, "ip": str(ipaddress.ip_address(base + ((h.index + 1) << 8) + 10 + d)),
                 "netmask": str(DEVICE_NET.netmask),
-                "vnic_ip": str(ipaddress.ip_address(base + ((h.index + 101) << 8) + 10 + d)),
                 "gateway": str(ipaddress.ip_address(base + 1))} for d in range(count)]
+    # vNICs are the driver's (192.<server>.<2+die>.<199-device>, server = host index); on A3 they ride
+    # on carriers in DEVICE_NET (k3sim.hw.Node.carrier), which node-init puts on the host's NIC
     return {"node": node, "platform": platform, "device_count": count, "host_ip": h.ip, "nic": "eth0",
-            "super_pod_id": 0, "server_index": h.index, "devices": devices, "faults": {}}
+            "super_pod_id": 0, "server_index": h.index, "hccs_net": str(DEVICE_NET), "devices": devices,
+            "faults": {}}
 
 
 @contextlib.contextmanager
@@ -623,7 +625,11 @@ def _device_fault(h: Host, fault: str) -> None:
         hosts = sorted(int(x["index"]) for x in _state().get("hosts", []))
         peer = Host(hosts[(hosts.index(h.index) + 1) % len(hosts)])
         peer_hw = json.loads((peer.root / "etc" / "k3lab-sim" / "node.json").read_text())
-        faults["unreachable"] = [d[k] for d in peer_hw["devices"] for k in ("ip", "vnic_ip")]
+        with _k3sim_importable():
+            from k3sim import hw as simhw
+        server = int(peer_hw.get("server_index", 0))
+        faults["unreachable"] = [a for d in peer_hw["devices"]
+                                 for a in (d["ip"], simhw.vnic_address(server, int(d["id"])))]
     table.write_text(json.dumps(hw, indent=2))
 
 

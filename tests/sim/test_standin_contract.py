@@ -14,12 +14,13 @@ from tests.sim._standin import ROOTFS, base_env, run, write_node
 NPU_SMI = str(ROOTFS / "usr/local/bin/npu-smi")
 HCCN_TOOL = str(ROOTFS / "usr/local/Ascend/driver/tools/hccn_tool")
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-DEVICES = [{"id": d, "ip": f"127.0.0.{10 + d}", "netmask": "255.255.0.0", "vnic_ip": f"127.0.1.{10 + d}"}
-           for d in range(16)]
+DEVICES = [{"id": d, "ip": f"127.0.0.{10 + d}", "netmask": "255.255.0.0"} for d in range(16)]
+# server 1's vNICs (192.1.<2+die>.<199-device>) ride on local carriers in 127.0.0.0/8
+SCHEME = {"server_index": 1, "hccs_net": "127.0.0.0/8"}
 
 
 def tool(tmp_path, exe, *args, **node):
-    write_node(tmp_path, devices=DEVICES, **node)
+    write_node(tmp_path, devices=DEVICES, **{**SCHEME, **node})
     return run([exe, *args], base_env(tmp_path))
 
 
@@ -94,12 +95,12 @@ def test_an_unset_or_down_vnic_reads_as_the_real_tool_prints_it(tmp_path):
     assert toolparse.vnic(unset.stdout) == toolparse.vnic((CORPUS / "constructed/hccn_vnic_unset.txt").read_text())
     down = toolparse.vnic(tool(tmp_path, HCCN_TOOL, "-i", "0", "-vnic", "-g", platform="A3",
                                faults={"devices": {"0": {"vnic_link": "DOWN"}}}).stdout)
-    assert down.link == "DOWN" and down.address == "127.0.1.10" and not down.usable
+    assert down.link == "DOWN" and down.address == "192.1.2.199" and not down.usable
 
 
 def test_a_busy_hccs_ping_uses_the_real_wording_and_clears(tmp_path):
-    write_node(tmp_path, devices=DEVICES, platform="A3", faults={"devices": {"0": {"hccs_busy": 1}}})
-    args = [HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "127.0.1.11", "cnt", "1"]
+    write_node(tmp_path, devices=DEVICES, platform="A3", faults={"devices": {"0": {"hccs_busy": 1}}}, **SCHEME)
+    args = [HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "192.1.3.198", "cnt", "1"]
     first = run(args, base_env(tmp_path))
     assert first.stdout == (CORPUS / "constructed/hccn_hccs_ping_busy.txt").read_text() and toolparse.busy(first.stdout)
     second = run(args, base_env(tmp_path))  # the same fault: the count goes on
@@ -108,6 +109,19 @@ def test_a_busy_hccs_ping_uses_the_real_wording_and_clears(tmp_path):
 
 
 def test_a_plane_check_error_fails_the_ping_reader(tmp_path):
-    done = tool(tmp_path, HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "127.0.1.11", "cnt", "1",
+    done = tool(tmp_path, HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "192.1.3.198", "cnt", "1",
                 platform="A3", faults={"devices": {"0": {"hccs_plane": "0x2"}}})
     assert toolparse.ping(done.stdout).plane_errors == ("0x2",)
+
+
+# The CANN hccn_tool manual's -vnic example ("hccn_tool -g -vnic -i 0", cann/driver docs), verbatim
+MANUAL_VNIC = "vnic link status: UP\nvnic ipaddr: 192.168.2.199\nvnic netmask: 255.255.255.0\n"
+
+
+def test_the_vnic_answer_reads_like_the_manual_and_keeps_its_device_octets(tmp_path):
+    """Same fields as the manual's real answer; device 0 ends in .2.199 there and on the stand-in (the
+    second octet is the server in its super pod: 1 here, a value the manual's example does not show)."""
+    sim = toolparse.vnic(tool(tmp_path, HCCN_TOOL, "-i", "0", "-vnic", "-g", platform="A3").stdout)
+    ref = toolparse.vnic(MANUAL_VNIC)
+    assert (sim.link, sim.netmask, sim.usable) == (ref.link, ref.netmask, ref.usable)
+    assert sim.address.split(".")[2:] == ref.address.split(".")[2:] == ["2", "199"]

@@ -1,6 +1,8 @@
 """hccn_tool stand-in: real output strings, faults from the node file, and real ICMP pings.
 
-Device addresses on 127.0.0.x are local on any Linux host, so pings between them are real.
+Device addresses on 127.0.0.x are local on any Linux host, so pings between them are real. The vNICs
+follow the driver's scheme (server 1: device 0 is 192.1.2.199, device 1 192.1.3.198) and ride on
+carriers in 127.0.0.0/8 (127.0.102.10, .11), local as well.
 """
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ import pytest
 from tests.sim._standin import ROOTFS, base_env, run, write_node
 
 HCCN_TOOL = str(ROOTFS / "usr/local/Ascend/driver/tools/hccn_tool")
-DEVICES = [{"id": 0, "ip": "127.0.0.1", "netmask": "255.255.0.0", "vnic_ip": "127.0.0.1", "gateway": "127.0.0.254"},
-           {"id": 1, "ip": "127.0.0.3", "netmask": "255.255.0.0", "vnic_ip": "127.0.0.4", "gateway": "127.0.0.254"},
-           {"id": 2, "ip": "10.255.255.77", "netmask": "255.255.0.0", "vnic_ip": "10.255.255.78"}]
+DEVICES = [{"id": 0, "ip": "127.0.0.1", "netmask": "255.255.0.0", "gateway": "127.0.0.254"},
+           {"id": 1, "ip": "127.0.0.3", "netmask": "255.255.0.0", "gateway": "127.0.0.254"},
+           {"id": 2, "ip": "10.255.255.77", "netmask": "255.255.0.0"}]
+VNIC0, VNIC1 = "192.1.2.199", "192.1.3.198"
+HCCS_NET = "127.0.0.0/8"
 
 
 def hccn(tmp_path, *args, platform="A3", faults=None):
-    write_node(tmp_path, platform=platform, devices=DEVICES, server_index=1, faults=faults or {})
+    write_node(tmp_path, platform=platform, devices=DEVICES, server_index=1, hccs_net=HCCS_NET, faults=faults or {})
     return run([HCCN_TOOL, *args], base_env(tmp_path))
 
 
@@ -25,7 +29,7 @@ def hccn(tmp_path, *args, platform="A3", faults=None):
     ("-link", "link status: UP\n"),
     ("-net_health", "net health status: Success\n"),
     ("-ip", "ipaddr:127.0.0.1\nnetmask:255.255.0.0\n"),
-    ("-vnic", "vnic link status: UP\nvnic ipaddr: 127.0.0.1\nvnic netmask: 255.255.0.0\n"),
+    ("-vnic", "vnic link status: UP\nvnic ipaddr: 192.1.2.199\nvnic netmask: 255.255.255.0\n"),
     ("-netdetect", "netdetect address: 127.0.0.254\n"),
     ("-gateway", "default gateway:127.0.0.254, Iface:eth0\n"),
     ("-tls", "dev_id:0, tls switch[0](0:disable, 1:enable), tls preconfigured[1](0:non-preset, 1:preset), "
@@ -64,7 +68,7 @@ def test_missing_vnic_address_shows_in_query_and_hccs_ping(tmp_path):
     faults = {"devices": {"0": {"no_vnic": True}}}
     # inet_ntop of an unset address, as the real tool prints it (issue #24)
     assert "vnic ipaddr: 0.0.0.0\nvnic netmask: 0.0.0.0\n" in hccn(tmp_path, "-i", "0", "-vnic", "-g", faults=faults).stdout
-    hccs = hccn(tmp_path, "-i", "0", "-hccs_ping", "-g", "address", "127.0.0.4", "cnt", "1", faults=faults)
+    hccs = hccn(tmp_path, "-i", "0", "-hccs_ping", "-g", "address", VNIC1, "cnt", "1", faults=faults)
     assert hccs.returncode != 0 and "1 packets transmitted, 0 received" in hccs.stdout
 
 
@@ -78,7 +82,7 @@ def test_roce_ping_reaches_a_local_address(tmp_path):
 
 
 def test_hccs_ping_reaches_a_vnic_address(tmp_path):
-    done = hccn(tmp_path, "-i", "1", "-hccs_ping", "-g", "address", "127.0.0.1")
+    done = hccn(tmp_path, "-i", "1", "-hccs_ping", "-g", "address", VNIC0)
     assert done.returncode == 0, done.stdout
     assert done.stdout.count("This pkt ping success!") == 3
     assert re.search(r"recv seq 2, time = \d+\.\d{3}us, L1 plane check result = 0x0", done.stdout)
@@ -87,11 +91,11 @@ def test_hccs_ping_reaches_a_vnic_address(tmp_path):
 
 
 def test_unreachable_peer_loses_every_packet(tmp_path):
-    faults = {"unreachable": ["127.0.0.1"]}
+    faults = {"unreachable": ["127.0.0.1", VNIC0]}
     roce = hccn(tmp_path, "-i", "1", "-ping", "-g", "address", "127.0.0.1", faults=faults)
     assert roce.returncode != 0
     assert "recv time out seq=0" in roce.stdout and "100.00% packet loss" in roce.stdout
-    hccs = hccn(tmp_path, "-i", "1", "-hccs_ping", "-g", "address", "127.0.0.1", "cnt", "2", faults=faults)
+    hccs = hccn(tmp_path, "-i", "1", "-hccs_ping", "-g", "address", VNIC0, "cnt", "2", faults=faults)
     assert hccs.returncode != 0
     assert hccs.stdout.count("This pkt check recv msg fail!") == 2
     assert "2 packets transmitted, 0 received, 100.00% packets loss" in hccs.stdout
@@ -148,10 +152,36 @@ def test_concurrent_call_answers_busy(tmp_path):
 
 def test_hccs_ping_stays_within_the_super_pod(tmp_path):
     """HCCS joins one super pod: a vNIC in another pod gets no answer, -ping still reaches its device IP."""
-    write_node(tmp_path, platform="A3", devices=DEVICES, super_pod_id=0, faults={},
-               super_pods={"127.0.0.1": 0, "127.0.0.4": 1})
+    write_node(tmp_path, platform="A3", devices=DEVICES, super_pod_id=0, faults={}, server_index=1,
+               hccs_net=HCCS_NET, super_pods={VNIC0: 0, VNIC1: 1})
     env = base_env(tmp_path)
-    same = run([HCCN_TOOL, "-i", "1", "-hccs_ping", "-g", "address", "127.0.0.1", "cnt", "1"], env)
+    same = run([HCCN_TOOL, "-i", "1", "-hccs_ping", "-g", "address", VNIC0, "cnt", "1"], env)
     assert same.returncode == 0 and "0.00% packets loss" in same.stdout
-    other = run([HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", "127.0.0.4", "cnt", "1"], env)
+    other = run([HCCN_TOOL, "-i", "0", "-hccs_ping", "-g", "address", VNIC1, "cnt", "1"], env)
     assert other.returncode != 0 and "1 packets transmitted, 0 received, 100.00% packets loss" in other.stdout
+
+
+@pytest.mark.parametrize("server, device, address", [
+    (0, 0, "192.0.2.199"), (1, 1, "192.1.3.198"), (5, 14, "192.5.2.185"), (15, 15, "192.15.3.184")])
+def test_vnic_addresses_follow_the_driver_scheme(tmp_path, server, device, address):
+    """192.<server>.<2+die>.<199-device>, die = device % 2 (issue #24; the manual's device 0: 192.168.2.199)."""
+    write_node(tmp_path, platform="A3", devices=DEVICES, server_index=server, faults={})
+    done = run([HCCN_TOOL, "-i", str(device), "-vnic", "-g"], base_env(tmp_path))
+    assert (done.returncode, done.stdout) == (0, f"vnic link status: UP\nvnic ipaddr: {address}\n"
+                                                 "vnic netmask: 255.255.255.0\n")
+
+
+@pytest.mark.parametrize("address", [VNIC0, "10.0.0.5", "192.1.2.198"])
+def test_the_tool_sets_no_vnic_address(tmp_path, address):
+    """The real tool registers -vnic for -g only: a set is refused as a parameter error, in or out of
+    the scheme, and the address stays the driver's."""
+    done = hccn(tmp_path, "-i", "0", "-vnic", "-s", "address", address)
+    assert done.returncode == 255 and done.stdout.startswith("Usage: hccn_tool")
+    assert f"vnic ipaddr: {VNIC0}\n" in hccn(tmp_path, "-i", "0", "-vnic", "-g").stdout
+
+
+@pytest.mark.parametrize("target", ["127.0.102.10", "192.1.2.198", "192.1.4.199", "192.1.2.250"])
+def test_hccs_ping_outside_the_vnic_scheme_reaches_no_die(tmp_path, target):
+    """A carrier, a wrong die/device pairing or an impossible device is no vNIC: every packet is lost."""
+    done = hccn(tmp_path, "-i", "1", "-hccs_ping", "-g", "address", target, "cnt", "1")
+    assert done.returncode != 0 and "1 packets transmitted, 0 received, 100.00% packets loss" in done.stdout

@@ -11,8 +11,8 @@ import sys
 from tests.sim._standin import ROOTFS, SIM_PATH, SITE, base_env, procs, wait_until, write_node  # noqa: F401 (procs: fixture)
 
 NODE_INIT = str(ROOTFS / "opt/k3lab-sim/bin/node-init")
-DEVICES = [{"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0", "vnic_ip": "10.89.1.11", "gateway": "10.88.0.1"},
-           {"id": 1, "ip": "10.88.1.12", "vnic_ip": "10.89.1.12", "gateway": "10.88.0.1"},
+DEVICES = [{"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0", "gateway": "10.88.0.1"},
+           {"id": 1, "ip": "10.88.1.12", "gateway": "10.88.0.1"},
            {"id": 2, "ip": "10.88.1.13", "netmask": "255.255.0.0", "gateway": "10.88.0.1"}]
 
 
@@ -32,14 +32,15 @@ def node_env(tmp_path, bin_dir):
 
 
 def test_adds_addresses_writes_hccn_conf_and_stops_on_sigterm(tmp_path, procs):
-    write_node(tmp_path, platform="A3", nic="eth7", devices=DEVICES,
+    # server 3's vNICs 192.3.2.199 and 192.3.3.198 ride on their carriers 10.89.104.10 and .11 (hccs_net)
+    write_node(tmp_path, platform="A3", nic="eth7", devices=DEVICES, server_index=3, hccs_net="10.89.0.0/16",
                faults={"devices": {"2": {"no_ip": True, "tls_switch": 1}}})
     proc = procs([NODE_INIT], node_env(tmp_path, fake_ip(tmp_path)))
     wait_until(lambda: (tmp_path / "run" / "ready").exists() or proc.popen.poll() is not None)
     assert (tmp_path / "run" / "ready").exists(), proc.err
     assert (tmp_path / "ip.log").read_text().splitlines() == [
-        "addr add 10.88.1.11/16 dev eth7", "addr add 10.89.1.11/16 dev eth7",
-        "addr add 10.88.1.12/24 dev eth7", "addr add 10.89.1.12/24 dev eth7"]
+        "addr add 10.88.1.11/16 dev eth7", "addr add 10.89.104.10/16 dev eth7",
+        "addr add 10.88.1.12/24 dev eth7", "addr add 10.89.104.11/16 dev eth7"]
     conf = (tmp_path / "hccn.conf").read_text().splitlines()
     assert conf[:6] == ["address_0=10.88.1.11", "netmask_0=255.255.0.0", "netdetect_0=10.88.0.1", "gateway_0=10.88.0.1",
                         "send_arp_status_0=1", "tls_enable_0=0"]

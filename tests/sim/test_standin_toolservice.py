@@ -15,8 +15,8 @@ from tests.sim._standin import ROOTFS, base_env, free_port, port_open, procs, py
 
 HCCN_TOOL = str(ROOTFS / "usr/local/Ascend/driver/tools/hccn_tool")
 NPU_SMI = str(ROOTFS / "usr/local/bin/npu-smi")
-DEVICES = [{"id": 0, "ip": "127.0.0.1", "netmask": "255.255.0.0", "vnic_ip": "127.0.0.1", "gateway": "127.0.0.254"},
-           {"id": 1, "ip": "127.0.0.3", "netmask": "255.255.0.0", "vnic_ip": "127.0.0.4"}]
+DEVICES = [{"id": 0, "ip": "127.0.0.1", "netmask": "255.255.0.0", "gateway": "127.0.0.254"},
+           {"id": 1, "ip": "127.0.0.3", "netmask": "255.255.0.0"}]
 FAULTS = {"devices": {"1": {"net_health": "Receive timeout", "tls_switch": 1, "no_ip": True, "health": "Alarm"}}}
 
 

@@ -27,8 +27,9 @@ class _Host:
             return f"Super Pod ID : {self.pod}\n"
         if m and m.group(2) == "ip":
             return f"ipaddr:10.88.{self.index}.{m.group(1)}\nnetmask:255.255.0.0\n"
-        if m and m.group(2) == "vnic":
-            return f"vnic link status: UP\nvnic ipaddr: 10.89.{self.index}.{m.group(1)}\nvnic netmask: 255.255.0.0\n"
+        if m and m.group(2) == "vnic":  # the driver's scheme, 192.<server>.<2+die>.<199-device>
+            d = int(m.group(1))
+            return f"vnic link status: UP\nvnic ipaddr: 192.{self.index}.{2 + d % 2}.{199 - d}\nvnic netmask: 255.255.255.0\n"
         return "link status: UP\n"
 
     def batch(self, commands, timeout=None):
@@ -66,6 +67,6 @@ def test_across_super_pods_the_device_ip_is_asked_in_one_more_exec():
 
 
 def test_an_unreachable_vnic_is_named_with_both_ends():
-    plan, hosts, tools = _lab([0, 0, 0, 0], down={"10.89.2.5"})
-    with pytest.raises(AssertionError, match=r"n\d device \d+ -> n2 device 5 \(-hccs_ping 10\.89\.2\.5\)"):
+    plan, hosts, tools = _lab([0, 0, 0, 0], down={"192.2.3.194"})
+    with pytest.raises(AssertionError, match=r"n\d device \d+ -> n2 device 5 \(-hccs_ping 192\.2\.3\.194\)"):
         reachability(plan, hosts, tools, Path("/runs/r1"))

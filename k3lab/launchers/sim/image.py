@@ -16,6 +16,7 @@ import io
 import sys
 import tarfile
 import time
+from types import ModuleType
 
 import docker
 from docker.types import Mount
@@ -37,6 +38,17 @@ def host_pythonpath() -> list[str]:
     """What makes the stand-ins importable on this host (tests, the lab emulator): k3sim's parent and the
     image's site (the MemCache packages and the dist-info directories the version probes read)."""
     return [str(HERE), str(ROOTFS / SITE.lstrip("/"))]
+
+
+def sim_hw() -> ModuleType:
+    """``k3sim.hw``, the simulated driver (the vNIC address scheme), imported from the image's source."""
+    saved = list(sys.path)
+    sys.path[:0] = host_pythonpath()
+    try:
+        from k3sim import hw
+    finally:
+        sys.path[:] = saved
+    return hw
 VLLM_ASCEND_DIR = "vllm-workspace/vllm-ascend"  # the images' source tree (inventory vllm_ascend_source_dir)
 SKELETON_DIRS = ["bin", "etc", "tmp", "root", "root/.cache", "run", "var/log", "var/tmp", "dev", "proc", "sys",
                  "home", "mnt", "etc/k3lab-sim", "run/k3lab-sim"]

@@ -1,6 +1,6 @@
 """Will the host kernel's ARP table hold the simulated device network?
 
-Every simulated device (and A3 vNIC) address is a secondary address on its node's NIC, so each
+Every simulated device address (and A3 vNIC carrier) is a secondary address on its node's NIC, so each
 device ping needs an ARP entry at both ends. Linux keeps ONE neighbour table for all network
 namespaces, capped by ``net.ipv4.neigh.default.gc_thresh3`` (1024 by default): past it, new
 entries are refused ("neighbour table overflow" in dmesg) and pings are lost. k3_a3_pd alone

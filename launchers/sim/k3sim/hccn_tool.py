@@ -12,6 +12,12 @@ states (device fault ``net_health``), and 26.x drivers print ``device N, tls swi
 (INFERRED from the version the 116-column npu-smi came with; older ones ``dev_id:N, ...``).
 Device faults for them: ``no_vnic``, ``vnic_link``, ``hccs_busy`` (answers busy that many times, or
 ``"always"``), ``hccs_plane`` (e.g. ``"0x2"``).
+
+vNIC addresses follow the driver's scheme ``192.<server>.<2+die>.<199-device>`` (``hw.vnic_address``,
+server = the node's ``server_index``). The tool cannot set one: hccn_tool's source registers ``-vnic``
+for ``-g`` only (``tool_vnic_print_help``: MODE_GET), so ``-vnic -s ...`` is refused as any option the
+tool does not know, whatever the address. ``-hccs_ping`` reaches dies by the scheme: a target outside it
+is no die of the fabric and loses every packet.
 """
 from __future__ import annotations
 
@@ -73,6 +79,7 @@ def exclusive() -> int:
 
 
 def parse(args: list[str]) -> tuple[hw.Node, int, str, list[str]]:
+    # only -g is known here; -vnic has no -s in the real tool either (its help registers MODE_GET only)
     if len(args) < 4 or args[0] != "-i" or args[2] not in COMMANDS or args[3] != "-g":
         raise Fail(USAGE, EXIT_PARAM)
     node = hw.node()
@@ -113,17 +120,17 @@ def ip(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]
 def vnic(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
     if node.platform != "A3":
         return [UNSUPPORTED], EXIT_FAIL
-    dev, fault = state(node, device_id)
-    address = vnic_ip(dev, fault)
-    netmask = dev.get("vnic_netmask", dev.get("netmask", "255.255.255.0")) if address else UNSET
+    _, fault = state(node, device_id)
+    address = vnic_ip(node, device_id, fault)
+    netmask = hw.VNIC_NETMASK if address else UNSET
     return [f"vnic link status: {fault.get('vnic_link', 'UP')}", f"vnic ipaddr: {address or UNSET}",
             f"vnic netmask: {netmask}"], 0
 
 
-def vnic_ip(dev: dict, fault: dict) -> str:
-    """The die's vNIC address; empty when none is configured (fault ``no_vnic``: as if never set,
-    printed as ``0.0.0.0``)."""
-    return "" if fault.get("no_vnic") else dev.get("vnic_ip", "")
+def vnic_ip(node: hw.Node, device_id: int, fault: dict) -> str:
+    """The die's vNIC address by the driver's scheme; empty when none is configured (fault
+    ``no_vnic``: as if never set, printed as ``0.0.0.0``)."""
+    return "" if fault.get("no_vnic") else node.vnic_address(device_id)
 
 
 def netdetect(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
@@ -196,9 +203,11 @@ def ping_options(rest: list[str]) -> tuple[str, int]:
     return opts["address"], int(count)
 
 
-def echoes(node: hw.Node, source: str, target: str, count: int, blocked: bool) -> list[float | None]:
-    """Round trip per packet (None = lost); a blocked path loses every packet without sending."""
-    if blocked or target in node.unreachable():
+def echoes(node: hw.Node, source: str, target: str, count: int, blocked: bool,
+           named: str = "") -> list[float | None]:
+    """Round trip per packet (None = lost); a blocked path loses every packet without sending.
+    ``named``: the address the caller asked for when ``target`` is its carrier (hccs)."""
+    if blocked or target in node.unreachable() or named in node.unreachable():
         return [None] * count
     from k3sim.icmp import Pinger  # raw sockets only for the ping commands
 
@@ -237,14 +246,16 @@ def hccs_ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str]
     if node.platform != "A3":
         return [UNSUPPORTED], EXIT_FAIL
     target, count = ping_options(rest)
-    dev, fault = state(node, device_id)
+    _, fault = state(node, device_id)
     if still_busy(node, device_id, fault):
         return [HCCS_BUSY], EXIT_FAIL
-    # HCCS joins the dies of one super pod only: a vNIC address in another super pod gets no answer
+    # HCCS joins the dies of one super pod only: a vNIC address in another super pod gets no answer,
+    # nor does an address outside the vNIC scheme (no die has it)
     other_pod = node.super_pod_of(target) not in (None, node.super_pod)
-    source = vnic_ip(dev, fault)
-    blocked = fault.get("vnic_link", "UP") != "UP" or not source or other_pod
-    rtts = echoes(node, source, target, count, blocked)
+    source = vnic_ip(node, device_id, fault)
+    peer = node.carrier(target)
+    blocked = fault.get("vnic_link", "UP") != "UP" or not source or other_pod or peer is None
+    rtts = echoes(node, node.carrier(source) or "", peer or target, count, blocked, named=target)
     return hccs_report(device_id, target, rtts, str(fault.get("hccs_plane", "0x0")))
 
 

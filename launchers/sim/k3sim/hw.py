@@ -15,18 +15,18 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
       "nic": "eth0",
       "super_pod_id": 0, "server_index": 0,
       "super_pod_size": 384,              # optional (npu-smi spod-info)
-      "super_pods": {"10.89.2.11": 1},    # optional: super pod of peer vNIC addresses (hccs_ping)
+      "super_pods": {"192.1.2.199": 1},   # optional: super pod of peer vNIC addresses (hccs_ping)
+      "hccs_net": "10.89.0.0/16",         # optional (A3): the network that carries HCCS on the sim (carrier)
       "devices": [                        # one per logical device, id 0..device_count-1
-        {"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0",
-         "vnic_ip": "10.89.1.11", "gateway": "10.88.0.1"}
-        # optional per device: "vnic_netmask" (default netmask), "netdetect" (default gateway)
+        {"id": 0, "ip": "10.88.1.11", "netmask": "255.255.0.0", "gateway": "10.88.0.1"}
+        # optional per device: "netdetect" (default gateway)
       ],
       "faults": {                          # all optional; absent means healthy
         "devices": {"3": {"health": "Alarm", "link": "DOWN", "net_health": "Fault",
                            "tls_switch": 1, "no_ip": true, "vnic_link": "DOWN",
                            "missing": true, "tls_error": "...",
                            "error_code": "80E18005", "error_info": "..."}},
-        "unreachable": ["10.88.1.12"],    # device/vnic addresses this node cannot reach
+        "unreachable": ["10.88.1.12"],    # device/vNIC addresses this node cannot reach
         "engine": {"crash_after_s": 5, "hang": true, "slow_start_s": 30,
                     "hash_seed": "7", "drop_kv_handshake": true,
                     "oom_prompt_tokens": 131072,    # a longer prompt kills the engine: NPU out of memory
@@ -36,6 +36,11 @@ Schema (JSON, path from ``K3SIM_NODE_FILE``, default ``/etc/k3lab-sim/node.json`
         "metaservice": {"exit": true}
       }
     }
+
+A3 vNIC addresses are not in the file: the driver derives them (``vnic_address``), so a node file
+cannot give a die an address the real driver would not. On the sim HCCS rides on the container
+network: each vNIC address has a carrier address in ``hccs_net`` (``carrier``), which node-init adds
+to the NIC and ``-hccs_ping`` sends its ICMP echoes between.
 """
 from __future__ import annotations
 
@@ -60,6 +65,30 @@ CACHE_DIR = "/run/k3lab-sim"
 CACHE_KEEP = 64
 STALE_TMP_S = 60  # a half-written cache file older than this belongs to a writer that died
 DEVICE_COUNT = {"A3": 16, "A2": 8, "950DT": 8}
+VNIC_NETMASK = "255.255.255.0"
+CARRIER_HOST = 10  # carrier = hccs_net + (server + 101) * 256 + 10 + device, as the device IPs sit at + 10 + device
+
+
+def vnic_address(server: int, device: int) -> str:
+    """The vNIC address the A3 driver gives logical device ``device`` (die ``device % 2`` of NPU
+    ``device // 2``) of server ``server`` in its super pod: ``192.<server>.<2+die>.<199-device>``.
+
+    Source: issue #24 and real-interfaces.md (``192.<server>.<2+die>.<199-device>``); the CANN
+    hccn_tool manual's example (device 0: ``vnic ipaddr: 192.168.2.199``) confirms the last two
+    octets; no public capture confirms the second octet."""
+    return f"192.{server}.{2 + device % 2}.{199 - device}"
+
+
+def vnic_device(address: str) -> tuple[int, int] | None:
+    """(server, device) of an address that follows the vNIC scheme, None for any other address."""
+    parts = address.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 3 for p in parts) or parts[0] != "192":
+        return None
+    server, third, fourth = int(parts[1]), int(parts[2]), int(parts[3])
+    device = 199 - fourth
+    if server > 255 or not 0 <= device < DEVICE_COUNT["A3"] or third != 2 + device % 2:
+        return None
+    return server, device
 
 
 def node_file() -> Path:
@@ -178,6 +207,34 @@ class Node:
         """Super pod of a peer vNIC address (``super_pods`` map: what the fabric knows), None if unknown."""
         pod = (self.data.get("super_pods") or {}).get(vnic_ip)
         return None if pod is None else int(pod)
+
+    @property
+    def server_index(self) -> int:
+        return int(self.data.get("server_index", 0))
+
+    def vnic_address(self, device_id: int) -> str:
+        return vnic_address(self.server_index, device_id)
+
+    def carrier(self, vnic: str) -> str | None:
+        """The sim's carrier address of a vNIC address (the address itself without ``hccs_net``);
+        None for an address outside the scheme: no die on the fabric has it."""
+        found = vnic_device(vnic)
+        if found is None:
+            return None
+        net = self.data.get("hccs_net")
+        if not net:
+            return vnic
+        import ipaddress
+
+        base = ipaddress.ip_network(net, strict=False)
+        server, device = found
+        return str(base.network_address + ((server + 101) << 8) + CARRIER_HOST + device)
+
+    def carrier_prefix(self) -> int:
+        import ipaddress
+
+        net = self.data.get("hccs_net")
+        return ipaddress.ip_network(net, strict=False).prefixlen if net else 24
 
     def unreachable(self) -> set[str]:
         return set(self.data.get("faults", {}).get("unreachable", []) or [])

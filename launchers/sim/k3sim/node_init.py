@@ -1,6 +1,6 @@
 """The sim node's PID 1: bring up the simulated device network, then reap and wait for stop.
 
-Every device address (and on A3 every vNIC address) becomes a secondary address on the node NIC,
+Every device address (and on A3 every vNIC's carrier address) becomes a secondary address on the node NIC,
 so ``hccn_tool -ping`` between simulated devices is a real ICMP exchange over the container
 network. ``/etc/hccn.conf`` is written in the driver's format for the guides' ``cat /etc/hccn.conf``.
 """
@@ -34,8 +34,8 @@ def device_addresses(node: hw.Node) -> list[tuple[str, int]]:
             continue
         if dev.get("ip"):
             addresses.append((dev["ip"], prefix_len(dev.get("netmask"))))
-        if node.platform == "A3" and dev.get("vnic_ip"):
-            addresses.append((dev["vnic_ip"], prefix_len(dev.get("vnic_netmask", dev.get("netmask")))))
+        if node.platform == "A3":  # the carrier of the die's vNIC (hw.Node.carrier): HCCS over the sim's network
+            addresses.append((node.carrier(node.vnic_address(int(dev["id"]))) or "", node.carrier_prefix()))
     return addresses
 
 
