@@ -250,8 +250,9 @@ def _ping_pairs(nodes, facts, r: int) -> tuple[dict[str, list[tuple]], list[str]
             verb, kind = ("-hccs_ping", "vnic") if same_pod else ("-ping", "ip")
             target = facts[b.name][0].get(e, {}).get(kind)
             if target is None:
+                remedy = "set it in /etc/hccn.conf" if kind == "ip" else "the driver assigns it: check the die's HCCS link"
                 failures.append(f"{b.name} device {e}: no usable {kind} address (hccn_tool -i {e} -{kind} -g: "
-                                "unset, link down or unreadable); set it in /etc/hccn.conf")
+                                f"unset, link down or unreadable); {remedy}")
                 continue
             pairs.setdefault(a.name, []).append((d, b.name, e, verb, target))
     return pairs, failures
