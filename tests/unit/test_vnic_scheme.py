@@ -71,3 +71,18 @@ def test_emulated_hosts_put_distinct_carriers_on_their_nics(node_of):
         assert {view.carrier(view.vnic_address(d)) for d in range(16)} <= added
         assert not added & seen
         seen |= added
+
+
+def test_an_emulated_pair_fault_names_the_peer_vnics_by_the_scheme(tmp_path, monkeypatch):
+    """labemu break --fault pair-unreachable: the next host's device IPs and vNICs (as hccn_tool prints
+    them, so -hccs_ping to them loses every packet) become unreachable from this host."""
+    monkeypatch.setattr(labemu, "STATE", tmp_path)
+    (tmp_path / "state.json").write_text(json.dumps({"hosts": [{"index": 0}, {"index": 1}]}))
+    for index in (0, 1):
+        table = labemu.Host(index).root / "etc" / "k3lab-sim" / "node.json"
+        table.parent.mkdir(parents=True)
+        table.write_text(json.dumps(labemu._hardware(labemu.Host(index), f"n{index}", "A3")))
+    labemu._device_fault(labemu.Host(0), "pair-unreachable")
+    hw = json.loads((labemu.Host(0).root / "etc" / "k3lab-sim" / "node.json").read_text())
+    unreachable = set(hw["faults"]["unreachable"])
+    assert {"192.1.2.199", "192.1.3.184", "10.214.2.10"} <= unreachable and len(unreachable) == 32
