@@ -9,7 +9,11 @@ Each emulated host is what a lab node is to the kit, built from the kernel's own
   ``/root/.cache`` holding the model directories;
 * its own Docker engine (``nsenter --net=/run/netns/NAME dockerd``; own socket, data-root,
   exec-root and pidfile; ``ip netns exec`` would remount ``/sys`` and hide the cgroups);
-* its own sshd on the namespace address, with a kit-generated host key and a kit client key.
+* its own sshd on the namespace address, with a kit-generated host key and a kit client key;
+* its own device-tool service (``k3sim.toolservice``): the image's ``npu-smi``/``hccn_tool`` shims in
+  a ``--net=host`` container ask it (port file ``/etc/k3lab-sim/tool-service``) instead of starting
+  an interpreter per call, as real tools are small C programs; without it the stage's ~120 calls per
+  node cost seconds of CPU each, an emulator cost a hardware lab never has.
 
 ``up`` writes a lab inventory whose endpoints mix ``ssh://root@IP`` and ``tcp://IP:2375`` and a
 known_hosts file the inventory names (host keys are recorded, never accepted blindly). The
@@ -276,6 +280,10 @@ def _start(h: Host, tcp: bool) -> None:
     if not Path(ASCEND_DIR).exists():
         Path(ASCEND_DIR).mkdir(parents=True)
         Path(ASCEND_DIR, ".k3lab-labemu").touch()  # ours: down removes it
+    from shlex import quote as q
+
+    from k3lab.launchers.sim import image
+
     listen = [f"-H unix://{h.sock}"] + ([f"-H tcp://{h.ip}:{TCP_PORT}"] if tcp else [])
     script = "\n".join([
         "set -e",
@@ -286,6 +294,9 @@ def _start(h: Host, tcp: bool) -> None:
         # directory on this machine, removed by down
         f"mount --bind {h.usr_local / 'Ascend'} {ASCEND_DIR}",
         f"/usr/sbin/sshd -f /etc/ssh/k3emu_sshd_config -E {h.root / 'sshd.log'}",
+        # the host's tool service (module docstring); the hccn_tool lock is the host's own, not this machine's /tmp
+        f"K3SIM_HCCN_LOCK={q(str(h.root / 'hccn_tool.lock'))} PYTHONPATH={q(':'.join(image.host_pythonpath()))} "
+        f"{q(sys.executable)} -m k3sim.toolservice /etc/k3lab-sim/tool-service >>{q(str(h.root / 'tool-service.log'))} 2>&1 &",
         f"exec dockerd {' '.join(listen)} --data-root {data_root} --exec-root {h.exec_root} "
         f"--pidfile {h.docker_pid} --storage-driver=vfs --iptables=false --ip6tables=false --bridge=none "
         f"--host-gateway-ip={GATEWAY}",

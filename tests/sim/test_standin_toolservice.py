@@ -94,3 +94,24 @@ def test_node_init_and_the_shims_agree_on_the_port_file():
     assert f'"K3SIM_TOOL_SERVICE", "{default}"' in node_init and "toolservice.start(TOOL_PORT_FILE)" in node_init
     for shim in (HCCN_TOOL, NPU_SMI):
         assert "${K3SIM_TOOL_SERVICE:-" + default + "}" in Path(shim).read_text()
+
+
+def test_a_lab_hosts_service_serves_until_sigterm_and_removes_its_port_file(tmp_path, procs):
+    """``python -m k3sim.toolservice PORT_FILE``, as each emulated lab host runs it (k3lab.launchers.labemu)."""
+    import sys
+
+    write_node(tmp_path, platform="A3", devices=DEVICES, faults={})
+    port, port_file = free_port(1), tmp_path / "tool-service"
+    env = base_env(tmp_path, K3SIM_TOOL_PORT=str(port), K3SIM_HCCN_LOCK=str(tmp_path / "hccn.lock"))
+    proc = procs([sys.executable, "-m", "k3sim.toolservice", str(port_file)], env)
+    wait_until(lambda: port_file.exists() and port_open(port), timeout=10)
+    done = run([HCCN_TOOL, "-i", "0", "-link", "-g"], {**env, "K3SIM_TOOL_SERVICE": str(port_file)})
+    assert (done.returncode, done.stdout) == (0, "link status: UP\n")
+    assert proc.stop() == 0 and not port_file.exists()
+
+
+def test_the_lab_hosts_port_file_is_the_shims_second_choice():
+    labemu = (Path(__file__).parents[2] / "k3lab" / "launchers" / "labemu.py").read_text()
+    assert "-m k3sim.toolservice /etc/k3lab-sim/tool-service" in labemu
+    for shim in (HCCN_TOOL, NPU_SMI):
+        assert "file=/etc/k3lab-sim/tool-service" in Path(shim).read_text()

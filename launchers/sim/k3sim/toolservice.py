@@ -93,3 +93,24 @@ def start(port_file: Path, port: int = PORT) -> socketserver.ThreadingTCPServer:
     tmp.write_text(f"{server.server_address[1]}\n")
     tmp.replace(port_file)
     return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m k3sim.toolservice PORT_FILE``: serve until SIGTERM. The emulated lab runs one per host,
+    in the host's namespaces, for the containers that share its network (``--net=host``)."""
+    import signal
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m k3sim.toolservice PORT_FILE", file=sys.stderr)
+        return 2
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    start(Path(args[0]))
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    Path(args[0]).unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
