@@ -18,7 +18,7 @@ from pathlib import Path
 from k3lab.errors import ChecksFailed
 from k3lab.launchers import suite
 
-TIMEOUT_S = 300  # the node batches' own bound (k3lab.conformance.nodetools.BATCH_TIMEOUT_S)
+TIMEOUT_S = 660  # the node batches' bound (nodetools.BATCH_TIMEOUT_S, 300 s) + two ping rounds (test_npu.PING_BUDGET_S)
 JUNIT = "hardware-stage.xml"
 
 

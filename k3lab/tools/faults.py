@@ -360,6 +360,16 @@ LIVE = [
     Fault("L-PEER-UNREACHABLE-OFF", "F5 peer device unreachable (another node, another device)", "a3_pd_1m",
           S({"test_cross_node_reachability"}), **_unreachable_from_all("a3_pd_1m", "p2", 11),
           message="-> p2 device 11 (-hccs_ping"),
+    # One device pair only: every device is pinged from every other node (the second round), so a
+    # path lost between two particular nodes is caught in the run where it exists, whatever the rotation.
+    Fault("L-PAIR-UNREACHABLE", "F5 one node cannot reach one device of another (all other paths fine)", "a3_pd_1m",
+          S({"test_cross_node_reachability"}),
+          running=[("p1", ["k3sim-fault", "add", "unreachable", "@vnic:d2:9"])],
+          revert=[("p1", ["k3sim-fault", "clear", "unreachable"])], message="-> d2 device 9 (-hccs_ping"),
+    Fault("L-PAIR-UNREACHABLE-OFF", "F5 one node cannot reach one device of another (other nodes, device 0)",
+          "a3_pd_1m", S({"test_cross_node_reachability"}),
+          running=[("d3", ["k3sim-fault", "add", "unreachable", "@vnic:p0:0"])],
+          revert=[("d3", ["k3sim-fault", "clear", "unreachable"])], message="-> p0 device 0 (-hccs_ping"),
     # Off-sample variants of the hardware faults above: another node, another device index.
     Fault("L-DEVICE-ALARM-OFF", "F15 NPU health Alarm (another node, another device)", "a3_pd_1m",
           S({"test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),

@@ -36,6 +36,9 @@ class _Host:
         self.execs += 1
         return {c: CommandResult(c, 0, self._answer(c), "", self.name) for c in commands}
 
+    def exec(self, argv, timeout=None):
+        return self.run(argv[-1])
+
     def run(self, script):  # the ping exec: one '@@ k' block per pair
         self.execs += 1
         out = ["@@ start"]
@@ -54,19 +57,67 @@ def _lab(pods, down=()):
     return SimpleNamespace(nodes=nodes), hosts, tools
 
 
-def test_one_super_pod_pings_vnics_with_two_execs_per_node():
+def test_one_super_pod_pings_vnics_with_three_execs_per_node():
     plan, hosts, tools = _lab([0, 0, 0, 0])
     reachability(plan, hosts, tools, Path("/runs/r1"))
-    assert {h.execs for h in hosts.values()} == {2}  # batch + pings; no -ip query
+    assert {h.execs for h in hosts.values()} == {3}  # batch + two ping rounds; no -ip query
 
 
 def test_across_super_pods_the_device_ip_is_asked_in_one_more_exec():
     plan, hosts, tools = _lab([0, 0, 1, 1])
     reachability(plan, hosts, tools, Path("/runs/r1"))
-    assert {h.execs for h in hosts.values()} == {3}
+    assert {h.execs for h in hosts.values()} == {4}
 
 
 def test_an_unreachable_vnic_is_named_with_both_ends():
     plan, hosts, tools = _lab([0, 0, 0, 0], down={"192.2.3.194"})
     with pytest.raises(AssertionError, match=r"n\d device \d+ -> n2 device 5 \(-hccs_ping 192\.2\.3\.194\)"):
         reachability(plan, hosts, tools, Path("/runs/r1"))
+
+
+class _Recording(_Host):
+    """Records every (source node, target address) it pings; ``down_from`` the addresses only it cannot reach."""
+
+    def __init__(self, *args, down_from=(), **kw):
+        super().__init__(*args, **kw)
+        self.pinged: list[str] = []
+        self.down |= set(down_from)
+
+    def run(self, script):
+        self.pinged += re.findall(r"-g address (\S+)", script)
+        return super().run(script)
+
+
+def _recording_lab(n, down_from=None):
+    plan, _, _ = _lab([0] * n)
+    hosts = {x.name: _Recording(x.name, i, 0, down_from=(down_from or {}).get(x.name, ())) for i, x in enumerate(plan.nodes)}
+    store = nodetools.Store(None)
+    tools = {x.name: nodetools.NodeTools(hosts[x.name], x, store) for x in plan.nodes}
+    return plan, hosts, tools
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_every_device_is_pinged_once_from_every_other_node(n):
+    plan, hosts, tools = _recording_lab(n)
+    reachability(plan, hosts, tools, Path("/runs/r7"))
+    for i, h in hosts.items():
+        want = sorted(f"10.89.{j}.{e}" for j in range(n) if f"n{j}" != i for e in range(16))
+        assert sorted(h.pinged) == want
+
+
+@pytest.mark.parametrize("run", ["r1", "r2", "r3", "r4", "r5"])
+def test_one_broken_device_pair_is_caught_whatever_the_rotation(run):
+    # only n1 cannot reach n3's device 9: the sample rarely meets it, the second round always does
+    plan, hosts, tools = _recording_lab(8, down_from={"n1": ["10.89.3.9"]})
+    with pytest.raises(AssertionError, match=r"n1 device \d+ -> n3 device 9 \(-hccs_ping 10\.89\.3\.9\)") as exc:
+        reachability(plan, hosts, tools, Path(f"/runs/{run}"))
+    assert str(exc.value).count(" -> ") == 1
+
+
+def test_a_node_pair_broken_in_the_sample_is_not_pinged_again():
+    every = [f"10.89.2.{e}" for e in range(16)]
+    plan, hosts, tools = _recording_lab(4, down_from={"n0": every})
+    with pytest.raises(AssertionError, match=r"n0 device \d+ -> n2 device"):
+        reachability(plan, hosts, tools, Path("/runs/r1"))
+    sampled = [a for a in hosts["n0"].pinged if a.startswith("10.89.2.")]
+    assert 1 <= len(sampled) <= 6  # the sample's pings to n2 only (16 devices over 3 peers), no second round
