@@ -318,6 +318,13 @@ def _unreachable_from_all(sid: str, node: str, dev: int) -> dict:
             "revert": [(o, ["k3sim-fault", "clear", "unreachable"]) for o in others]}
 
 
+def _conf_line_gone(node: str, dev: int) -> dict:
+    """``node``'s /etc/hccn.conf without device ``dev``'s address line (restored after the row)."""
+    keep = "/tmp/k3lab-fault-hccn.conf"
+    return {"running": [(node, ["sh", "-c", f"cp /etc/hccn.conf {keep} && sed -i '/^address_{dev}=/d' /etc/hccn.conf"])],
+            "revert": [(node, ["sh", "-c", f"cp {keep} /etc/hccn.conf && rm -f {keep}"])]}
+
+
 def _stray(node: str, name: str, program: str) -> dict:
     """Another process started on ``node`` after start-up, stopped again by its pid file."""
     pid = f"/tmp/k3lab-stray-{name}.pid"
@@ -370,6 +377,25 @@ LIVE = [
           "a3_pd_1m", S({"test_cross_node_reachability"}),
           running=[("d3", ["k3sim-fault", "add", "unreachable", "@vnic:p0:0"])],
           revert=[("d3", ["k3sim-fault", "clear", "unreachable"])], message="-> p0 device 0 (-hccs_ping"),
+    # The rest of the guides' §3.2 procedure, each check on-sample and off-sample (another node, device).
+    Fault("L-LLDP", "a device learns no switch port over LLDP (link UP)", "a3_pd_1m", S({"test_hccn_lldp[p2]"}),
+          **_hw("p2", "devices.5.no_lldp", "true"), message="p2: device(s) [5] learn no switch port over LLDP"),
+    Fault("L-LLDP-OFF", "no LLDP neighbour (another node, another device)", "a3_pd_1m", S({"test_hccn_lldp[d1]"}),
+          **_hw("d1", "devices.14.no_lldp", "true"), message="d1: device(s) [14] learn no switch port"),
+    Fault("L-NETDETECT", "a device without its netdetect address (0.0.0.0)", "a3_pd_1m",
+          S({"test_hccn_netdetect_gateway[d0]"}), **_hw("d0", "devices.3.no_netdetect", "true"),
+          message="netdetect address unset on device(s) [3]"),
+    Fault("L-GATEWAY-OFF", "a device without its default gateway (another node, another device)", "a3_pd_1m",
+          S({"test_hccn_netdetect_gateway[p3]"}), **_hw("p3", "devices.10.no_gateway", "true"),
+          message="default gateway unset on [10]"),
+    Fault("L-HCCN-CONF", "/etc/hccn.conf in a container lacks a device's address", "a3_pd_1m",
+          S({"test_hccn_conf_names_every_device[d2]"}), **_conf_line_gone("d2", 6),
+          message="d2: /etc/hccn.conf names no address for device(s) [6]"),
+    Fault("L-HCCN-CONF-OFF", "/etc/hccn.conf lacks a device's address (another node, device 0)", "a3_pd_1m",
+          S({"test_hccn_conf_names_every_device[p0]"}), **_conf_line_gone("p0", 0),
+          message="/etc/hccn.conf names no address for device(s) [0]"),
+    Fault("L-SPOD-INFO", "an A3 node's driver answers no spod-info", "a3_pd_1m", S({"test_spod_info[p1]"}),
+          **_hw("p1", "spod_unsupported", "true"), message="p1: npu-smi info -t spod-info -i 0 -c 0 gave no"),
     # Off-sample variants of the hardware faults above: another node, another device index.
     Fault("L-DEVICE-ALARM-OFF", "F15 NPU health Alarm (another node, another device)", "a3_pd_1m",
           S({"test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),

@@ -11,7 +11,8 @@ received hccs packet carries an L1 plane check result, ``-net_health`` prints an
 states (device fault ``net_health``), and 26.x drivers print ``device N, tls switch[...]``
 (INFERRED from the version the 116-column npu-smi came with; older ones ``dev_id:N, ...``).
 Device faults for them: ``no_vnic``, ``vnic_link``, ``hccs_busy`` (answers busy that many times, or
-``"always"``), ``hccs_plane`` (e.g. ``"0x2"``).
+``"always"``), ``hccs_plane`` (e.g. ``"0x2"``); and for the rest of the §3.2 procedure ``no_lldp``
+(no neighbour learnt on an UP link), ``no_netdetect`` and ``no_gateway`` (printed ``0.0.0.0``, unset).
 
 vNIC addresses follow the driver's scheme ``192.<server>.<2+die>.<199-device>`` (``hw.vnic_address``,
 server = the node's ``server_index``). The tool cannot set one: hccn_tool's source registers ``-vnic``
@@ -134,19 +135,19 @@ def vnic_ip(node: hw.Node, device_id: int, fault: dict) -> str:
 
 
 def netdetect(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
-    dev, _ = state(node, device_id)
-    return [f"netdetect address: {dev.get('netdetect', dev.get('gateway', ''))}"], 0
+    dev, fault = state(node, device_id)  # fault no_netdetect: never set (inet_ntop of 0, as -vnic)
+    return [f"netdetect address: {UNSET if fault.get('no_netdetect') else dev.get('netdetect', dev.get('gateway', ''))}"], 0
 
 
 def gateway(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
-    dev, _ = state(node, device_id)
-    return [f"default gateway:{dev.get('gateway', '')}, Iface:eth0"], 0
+    dev, fault = state(node, device_id)  # fault no_gateway: never set
+    return [f"default gateway:{UNSET if fault.get('no_gateway') else dev.get('gateway', '')}, Iface:eth0"], 0
 
 
 def lldp(node: hw.Node, device_id: int, _rest: list[str]) -> tuple[list[str], int]:
     _, fault = state(node, device_id)
-    if fault.get("link", "UP") != "UP":
-        return [], 0  # no neighbour is learnt over a down link
+    if fault.get("link", "UP") != "UP" or fault.get("no_lldp"):
+        return [], 0  # no neighbour is learnt over a down link, nor from a switch port without LLDP
     server = int(node.data.get("server_index", 0))
     return ["Chassis ID TLV", f"\tMAC: 2c:52:af:{server:02x}:00:01", "Port ID TLV",
             f"\tIfname: 400GE1/{server + 1}/{device_id + 1}:1", "Time to Live TLV", "\t121",
