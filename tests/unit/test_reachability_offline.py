@@ -75,6 +75,10 @@ def test_an_unreachable_vnic_is_named_with_both_ends():
         reachability(plan, hosts, tools, Path("/runs/r1"))
 
 
+def _vnic(server: int, d: int) -> str:
+    return f"192.{server}.{2 + d % 2}.{199 - d}"
+
+
 class _Recording(_Host):
     """Records every (source node, target address) it pings; ``down_from`` the addresses only it cannot reach."""
 
@@ -101,23 +105,23 @@ def test_every_device_is_pinged_once_from_every_other_node(n):
     plan, hosts, tools = _recording_lab(n)
     reachability(plan, hosts, tools, Path("/runs/r7"))
     for i, h in hosts.items():
-        want = sorted(f"10.89.{j}.{e}" for j in range(n) if f"n{j}" != i for e in range(16))
+        want = sorted(_vnic(j, e) for j in range(n) if f"n{j}" != i for e in range(16))
         assert sorted(h.pinged) == want
 
 
 @pytest.mark.parametrize("run", ["r1", "r2", "r3", "r4", "r5"])
 def test_one_broken_device_pair_is_caught_whatever_the_rotation(run):
     # only n1 cannot reach n3's device 9: the sample rarely meets it, the second round always does
-    plan, hosts, tools = _recording_lab(8, down_from={"n1": ["10.89.3.9"]})
-    with pytest.raises(AssertionError, match=r"n1 device \d+ -> n3 device 9 \(-hccs_ping 10\.89\.3\.9\)") as exc:
+    plan, hosts, tools = _recording_lab(8, down_from={"n1": [_vnic(3, 9)]})
+    with pytest.raises(AssertionError, match=r"n1 device \d+ -> n3 device 9 \(-hccs_ping 192\.3\.3\.190\)") as exc:
         reachability(plan, hosts, tools, Path(f"/runs/{run}"))
     assert str(exc.value).count(" -> ") == 1
 
 
 def test_a_node_pair_broken_in_the_sample_is_not_pinged_again():
-    every = [f"10.89.2.{e}" for e in range(16)]
+    every = [_vnic(2, e) for e in range(16)]
     plan, hosts, tools = _recording_lab(4, down_from={"n0": every})
     with pytest.raises(AssertionError, match=r"n0 device \d+ -> n2 device"):
         reachability(plan, hosts, tools, Path("/runs/r1"))
-    sampled = [a for a in hosts["n0"].pinged if a.startswith("10.89.2.")]
+    sampled = [a for a in hosts["n0"].pinged if a in every]
     assert 1 <= len(sampled) <= 6  # the sample's pings to n2 only (16 devices over 3 peers), no second round
