@@ -309,7 +309,13 @@ def _diagnosis_run(root: Path, nodes: int = 17, total_mb: int = 100) -> Path:
 
 
 def diagnosis(repeat: int = 3) -> dict:
-    """``k3lab.diagnosis`` on a 17-node failed run with 100 MB of logs (the root cause on d3)."""
+    """``k3lab.diagnosis`` on a 17-node failed run with 100 MB of logs (the root cause on d3).
+
+    The work is CPU only (the logs are in the page cache, no subprocess): wall above CPU time is other jobs'
+    load, and the report says so with the process's own counters (involuntary context switches: the CPU
+    taken away; blocks read and voluntary waits: I/O). On a busy machine the target is judged on CPU time,
+    which is what the same run takes on a quiet one, and ``judged_on`` says which."""
+    import resource
     import shutil
 
     from k3lab.diagnosis.engine import diagnose
@@ -319,17 +325,22 @@ def diagnosis(repeat: int = 3) -> dict:
         _diagnosis_run(root)
         size = sum(p.stat().st_size for p in root.rglob("*.log"))
         times, cpu, top = [], [], None
+        before = resource.getrusage(resource.RUSAGE_SELF)
         for _ in range(repeat):
             t, c = time.perf_counter(), time.process_time()
             d = diagnose(root)
             times.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
             top = d.top
-        # on a machine shared with other jobs the wall time counts their load too: CPU time is this work's
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        busy = min(times) > 1.3 * min(cpu)
         return {"nodes": 17, "log_mb": round(size / 2**20, 1), "best_s": min(times), "runs_s": times,
                 "best_cpu_s": min(cpu), "cpu_runs_s": cpu, "load_average": os.getloadavg(),
                 "mb_per_s": round(size / 2**20 / min(times), 1),
-                "meets_target": min(min(times), min(cpu)) < DIAGNOSIS_TARGET_S,
+                "preempted": after.ru_nivcsw - before.ru_nivcsw, "waits": after.ru_nvcsw - before.ru_nvcsw,
+                "blocks_read": after.ru_inblock - before.ru_inblock,
+                "judged_on": "cpu (machine busy: wall > 1.3 x CPU)" if busy else "wall",
+                "meets_target": (min(cpu) if busy else min(times)) < DIAGNOSIS_TARGET_S,
                 "top": f"{top.cause.id}@{top.node}" if top else None}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -356,7 +367,8 @@ def main(out: str, scenarios: list[str], with_live: bool) -> int:
                           "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
                           "load_average")},
                       "diagnosis_17_nodes_100_mb": {k: doc["diagnosis"][k] for k in (
-                          "best_s", "best_cpu_s", "meets_target", "top", "load_average")},
+                          "best_s", "best_cpu_s", "meets_target", "judged_on", "preempted", "top",
+                          "load_average")},
                       **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
                          for sid, r in doc.get("scenarios", {}).items()},
                       "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
