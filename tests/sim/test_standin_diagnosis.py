@@ -74,6 +74,14 @@ def test_unhealthy_device_at_start(tmp_path):
     assert _top(tmp_path, "node2", r.stdout, r.stderr) == ("npu-device-abnormal", "node2")
 
 
+def test_visible_device_the_node_lacks(tmp_path):
+    r = _run(tmp_path, ["serve", str(model_dir(tmp_path)), "--port", str(free_port())],
+             ASCEND_RT_VISIBLE_DEVICES="16")
+    assert r.returncode == 1
+    assert "set ASCEND_RT_VISIBLE_DEVICES:16 error, input data rang[0-16)" in r.stderr  # gpustack #3352's wording
+    assert _top(tmp_path, "d1", r.stdout, r.stderr) == ("visible-devices", "d1")
+
+
 def test_healthy_engine_output_matches_nothing(tmp_path, procs):
     port = free_port()
     p = procs(VLLM + ["serve", str(model_dir(tmp_path)), "--port", str(port), *BASE], env(tmp_path))

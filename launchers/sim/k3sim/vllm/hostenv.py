@@ -113,11 +113,8 @@ def visible_devices(needed: int) -> list[int]:
         except ValueError:
             raise StartupError("RuntimeError", f"ASCEND_RT_VISIBLE_DEVICES={text} is invalid: device ids must be "
                                "integers.", where, stage="engine") from None
-        bad = [i for i in ids if not 0 <= i < count]
-        if bad:
-            raise StartupError("RuntimeError", f"npuSetDevice failed, error code is 107001: invalid device id {bad[0]} "
-                               f"in ASCEND_RT_VISIBLE_DEVICES={text} (this node has {count} NPUs, ids 0-{count - 1}).",
-                               where, stage="engine")
+        if any(not 0 <= i < count for i in ids):
+            raise StartupError("RuntimeError", visible_devices_error(text, count), where, stage="engine")
         if len(set(ids)) != len(ids):
             raise StartupError("RuntimeError", f"ASCEND_RT_VISIBLE_DEVICES={text} lists a device twice.", where,
                                stage="engine")
@@ -129,6 +126,29 @@ def visible_devices(needed: int) -> list[int]:
         if health and str(health).upper() != "OK":
             raise StartupError("RuntimeError", device_setup_error(logical), where, stage="engine")
     return ids[:needed]
+
+
+def visible_devices_error(text: str, count: int) -> str:
+    """torch_npu's message when ASCEND_RT_VISIBLE_DEVICES names a device the node does not have, line for line
+    as gpustack #3352 posted it (CANN rejects the variable, then cannot open device 0)."""
+    now, pid = time.time(), os.getpid()
+    trace = "[FUNC:FuncErrorReason][FILE:error_message_manage.cc][LINE:53]"
+    return "\n".join([
+        "init:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:292 NPU function error: "
+        "aclrtGetDeviceCount(&device_count), error code is 207004",
+        f"[ERROR] {_cann_time(now)[:19]} (PID:{pid}, Device:-1, RankID:-1) ERR00100 PTA call acl api failed",
+        "[Error]: The device is unavailable.",
+        "        Check whether the device is running properly.",
+        f"EE1001: [PID: {pid}] {_cann_time(now)} The argument is invalid.Reason: set ASCEND_RT_VISIBLE_DEVICES:"
+        f"{text} error, input data rang[0-{count})",
+        "        Solution: 1.Check the input parameter range of the function. 2.Check the function invocation "
+        "relationship.",
+        "        TraceBack (most recent call last):",
+        f"        rtGetDeviceCount execute failed, reason=[driver error:no valid device]{trace}",
+        "        get device count failed, runtime result = 207004.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]",
+        f"        The argument is invalid.Reason: Set visible device failed, invalid device=0, input visible devices:{text}",
+        f"        rtSetDevice execute failed, reason=[device id error]{trace}",
+        "        open device 0 failed, runtime result = 107001.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]"])
 
 
 def _cann_time(t: float) -> str:
