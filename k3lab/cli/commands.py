@@ -99,8 +99,10 @@ def _write_reports(run_dir: Path) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    run = _bring_up(args)
-    if not args.keep:
+    if args.stages_only and args.keep:
+        raise UsageError("--stages-only tears down after the stages; --keep has nothing to keep")
+    run = _bring_up(args, stages_only=args.stages_only)
+    if not args.keep and not args.stages_only:
         collect(run)
         down(run)
     print(run.dir)

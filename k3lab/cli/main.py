@@ -271,7 +271,10 @@ def _bring_up_parser(sub, name: str, summary: str, keep: str, *own) -> None:
 
 
 def _add_up(sub) -> None:
-    _bring_up_parser(sub, "up", "bring a scenario up (sim by default, lab with --inventory)", "leave the deployment up")
+    _bring_up_parser(sub, "up", "bring a scenario up (sim by default, lab with --inventory)", "leave the deployment up",
+                     ("--stages-only", {"action": "store_true",
+                                        "help": "lab: prove the hosts and the hardware (host and hardware stages), "
+                                                "then tear down; no engine starts (exit 1 naming node and host)"}))
 
 
 def _add_cycle(sub) -> None:
@@ -300,7 +303,7 @@ def _add_labemu(sub) -> None:
                    "break: break one host's facts (--node, --fault); repair: every host as up made it")
     p.add_argument("--node", help="break: the node whose host is broken")
     p.add_argument("--fault", help="break: no-config | other-checkpoint | old-driver | hccn-entry | unreserved-ports | "
-                   "link-down | npu-alarm | pair-unreachable")
+                   "link-down[:DEVICE] | npu-alarm[:DEVICE] | pair-unreachable")
     p.add_argument("--nodes", type=int, help="number of hosts (default: the scenario's node count)")
     p.add_argument("--scenario", default="a3_pd_1m", help="scenario whose node roles the inventory gets")
     p.add_argument("--out", default="lab.yaml", help="lab inventory to write")

@@ -586,8 +586,8 @@ HOST_FAULTS = {
     "hccn-entry": "/etc/hccn.conf lacks the last device's address",
     "unreserved-ports": "the planned ports are not reserved (the kernel's default)",
     # hardware faults in the host's device table, which the image's npu-smi / hccn_tool read as the driver
-    "link-down": "device 2's link is DOWN",
-    "npu-alarm": "device 3 reports health Alarm",
+    "link-down": "device 2's link is DOWN (link-down:N: device N)",
+    "npu-alarm": "device 3 reports health Alarm (npu-alarm:N: device N)",
     "pair-unreachable": "no device of the next host is reachable from this host",
 }
 
@@ -616,22 +616,25 @@ def break_host(node: str, fault: str, model_dir: str) -> None:
         lines = conf.read_text().splitlines()
         last = max(int(m.group(1)) for ln in lines if (m := re.match(r"address_(\d+)=", ln)))
         conf.write_text("\n".join(ln for ln in lines if not ln.startswith(f"address_{last}=")) + "\n")
-    elif fault in ("link-down", "npu-alarm", "pair-unreachable"):
-        _device_fault(h, fault)
+    elif fault.partition(":")[0] in ("link-down", "npu-alarm", "pair-unreachable"):
+        _device_fault(h, *fault.partition(":")[::2])
     elif fault == "unreserved-ports":
         _sh("nsenter", f"--net=/run/netns/{h.ns}", "sysctl", "-q", "-w", "net.ipv4.ip_local_reserved_ports=")
     else:
         raise LabEmuError(f"unknown host fault {fault!r}; one of {', '.join(HOST_FAULTS)}")
 
 
-def _device_fault(h: Host, fault: str) -> None:
+def _device_fault(h: Host, fault: str, device: str = "") -> None:
+    """``device`` (``link-down:15``): another device than the default (2 for a link, 3 for an alarm)."""
     table = h.root / "etc" / "k3lab-sim" / "node.json"
     hw = json.loads(table.read_text())
     faults = hw.setdefault("faults", {})
+    if device and not (device.isdigit() and int(device) < int(hw.get("device_count", 16))):
+        raise LabEmuError(f"{fault}:{device}: no such device on {h.name}")
     if fault == "link-down":
-        faults.setdefault("devices", {}).setdefault("2", {})["link"] = "DOWN"
+        faults.setdefault("devices", {}).setdefault(device or "2", {})["link"] = "DOWN"
     elif fault == "npu-alarm":
-        faults.setdefault("devices", {}).setdefault("3", {})["health"] = "Alarm"
+        faults.setdefault("devices", {}).setdefault(device or "3", {})["health"] = "Alarm"
     else:
         hosts = sorted(int(x["index"]) for x in _state().get("hosts", []))
         peer = Host(hosts[(hosts.index(h.index) + 1) % len(hosts)])
@@ -671,7 +674,7 @@ def _break_or_repair(args: argparse.Namespace) -> int:
         raise LabEmuError("break needs --node and --fault")
     plan = artefacts.build(state["scenario"], siminventory.default(state["scenario"]), {}, "sim").plan
     break_host(args.node, args.fault, Path(plan.expect.model_path).name)
-    _log(f"host of {args.node}: {HOST_FAULTS[args.fault]}")
+    _log(f"host of {args.node}: {HOST_FAULTS[args.fault.partition(':')[0]]} ({args.fault})")
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import requests
 
 from k3lab import formats, waits
-from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
+from k3lab.errors import ChecksFailed, EnvError, RunInterrupted, UsageError
 from k3lab.launchers import metrics
 from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
 from k3lab.launchers.endpoints import HOST_DEADLINE_S, HTTP, SshOptions, describe, local_client
@@ -352,13 +352,17 @@ def _runs_on_our_subnets(client, plan: Plan) -> tuple[set[str | None], set[str |
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
-       keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never", strict: bool = False) -> Run:
+       keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never", strict: bool = False,
+       stages_only: bool = False) -> Run:
     """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start.
-    ``strict``: a preflight warning the inventory does not accept stops the run before anything starts."""
+    ``strict``: a preflight warning the inventory does not accept stops the run before anything starts.
+    ``stages_only`` (lab): the host and hardware stages, then teardown; no engine starts."""
     from k3lab.model.select import load_inventory
     from k3lab.model.select import target as target_of
 
     tgt = target_of(scenario, target, inventory_path)
+    if stages_only and tgt != "lab":
+        raise UsageError("--stages-only proves a lab's hosts and hardware: give the lab inventory (-i lab.yaml)")
     inv, inv_name = load_inventory(scenario, inventory_path)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     started = time.monotonic()
@@ -386,6 +390,12 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
             from k3lab.launchers import hwstage
 
             hwstage.gate(run.dir, run.timings)
+            if stages_only:
+                run.timings["up_s"] = time.monotonic() - started
+                run.save("proven")
+                _log(f"run {run_id}: hosts and hardware proven in {run.timings['up_s']:.1f}s; no engine was started")
+                down(run)
+                return run
         _launch_stages(run, progress)
         run.timings["up_s"] = time.monotonic() - started
         run.save("up")

@@ -630,7 +630,27 @@ HOST = [
     _host_fault("H-PORTS-OFF", "p3", "unreserved-ports", "HST-PORTS", "ports not reserved on another node"),
 ]
 
-CATALOG = {f.id: f for f in STATIC + LIVE + LAB + HOST}
+# Hardware-stage faults (issue #21), present on one emulated host's device table before the run: the
+# hardware stage (after the containers, before any engine; `k3lab up --stages-only`) names them.
+HARDWARE = [
+    Fault("H-LINK-DOWN", "device 2's link DOWN on one host", "a3_pd_1m",
+          S({"test_hccn_links_up[d2]", "test_hccn_net_health[d2]", "test_hccn_lldp[d2]"}), host=("d2", "link-down"),
+          message="d2: link DOWN on device(s) [2]"),
+    Fault("H-LINK-DOWN-OFF", "a link DOWN on another host, another device", "a3_pd_1m",
+          S({"test_hccn_links_up[p0]", "test_hccn_net_health[p0]", "test_hccn_lldp[p0]"}), host=("p0", "link-down:13"),
+          message="p0: link DOWN on device(s) [13]"),
+    Fault("H-NPU-ALARM", "an NPU in Alarm on one host", "a3_pd_1m", S({"test_npu_smi_devices_healthy[p2]"}),
+          host=("p2", "npu-alarm"), message="p2: device(s) [3] report health ['Alarm']"),
+    Fault("H-NPU-ALARM-OFF", "an NPU in Alarm on another host, another device", "a3_pd_1m",
+          S({"test_npu_smi_devices_healthy[d1]"}), host=("d1", "npu-alarm:10"),
+          message="d1: device(s) [10] report health ['Alarm']"),
+    Fault("H-PAIR-UNREACHABLE", "one host reaches no device of the next host", "a3_pd_1m",
+          S({"test_cross_node_reachability"}), host=("p3", "pair-unreachable"), message="p3 device"),
+    Fault("H-PAIR-UNREACHABLE-OFF", "another host reaches no device of the next host", "a3_pd_1m",
+          S({"test_cross_node_reachability"}), host=("d0", "pair-unreachable"), message="d0 device"),
+]
+
+CATALOG = {f.id: f for f in STATIC + LIVE + LAB + HOST + HARDWARE}
 
 
 # ------------------------------------------------------------------------------------ running
@@ -764,6 +784,27 @@ def host_findings(scenario: str, inventory: Path) -> set[str]:
     return {f"{f.check}[{','.join(f.nodes)}]" for f in found}
 
 
+def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
+    """The hardware stage's failing checks (test id -> message) on the lab ``inventory`` describes:
+    ``up --stages-only`` (host stage, containers, hardware stage, teardown; no engine starts)."""
+    from k3lab.launchers import hwstage, lifecycle
+
+    try:
+        lifecycle.up(scenario, str(inventory), {}, "lab", stages_only=True)
+    except hwstage.HardwareStageFailed as exc:
+        return {name: msg for name, msg in exc.failures} or {f"stage failed: {str(exc).splitlines()[0]}": ""}
+    except ChecksFailed as exc:
+        return {f"up failed: {str(exc).splitlines()[0]}": ""}
+    return {}
+
+
+def _stage_findings(f: Fault, scenario: str, inv: Path) -> set[str]:
+    """A host fault's row: the host stage's findings, or the hardware stage's where the row expects test ids."""
+    if any(e.startswith("test_") for e in f.expect):
+        return _caught(f, hardware_findings(scenario, inv))
+    return host_findings(scenario, inv)
+
+
 def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
     """The host faults among ``faults`` on the emulated lab (root): one ``labemu up`` per scenario, a healthy baseline, each fault
     broken on its host and repaired after its row; the lab always comes down."""
@@ -781,13 +822,16 @@ def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
         model_dir = Path(rendered(scenario).plan.expect.model_path).name
         try:
             labemu.up(None, scenario, inv)
-            add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")),
-                     host_findings(scenario, inv)))
-            for f in [f for f in faults if f.scenario == scenario]:
+            mine = [f for f in faults if f.scenario == scenario]
+            healthy = host_findings(scenario, inv)
+            if any(e.startswith("test_") for f in mine for e in f.expect):  # the hardware stage's baseline too
+                healthy |= set(hardware_findings(scenario, inv))
+            add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")), healthy))
+            for f in mine:
                 assert f.host is not None
                 labemu.break_host(f.host[0], f.host[1], model_dir)
                 try:
-                    add(_row(f, host_findings(scenario, inv)))
+                    add(_row(f, _stage_findings(f, scenario, inv)))
                 finally:
                     labemu.repair()
         finally:
