@@ -221,8 +221,9 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
 # `k3lab cycle` starts, the stand-ins' model load a realistic 1800 s; the run must stop with exit 1
 # naming the host and the cause, within 60 s, and leave no container behind.
 FAIL_FAST_LOAD_S = 1800
-FAIL_FAST = [("link-down", "d2", "test_hccn_links_up[d2]"), ("no-config", "p1", "HST-CHECKPOINT"),
-             ("pair-unreachable", "p3", "test_cross_node_reachability")]
+FAIL_FAST = [("link-down", "d2", "test_hccn_links_up[d2]"), ("npu-alarm", "p2", "test_npu_smi_devices_healthy[p2]"),
+             ("no-config", "p1", "HST-CHECKPOINT"), ("other-checkpoint", "d0", "HST-CHECKPOINT-SAME"),
+             ("old-driver", "p3", "HST-DRIVER"), ("pair-unreachable", "p3", "test_cross_node_reachability")]
 
 
 def _capped(argv: list[str], cwd: str, env: dict, cap_s: float = 300) -> tuple[int, str]:

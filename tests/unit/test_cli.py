@@ -38,6 +38,8 @@ def test_version(capsys):
     (["up", "nope"], "unknown scenario 'nope'"),
     # an empty $RUN in a script is not every run; a path is not a run id (no read outside runs/)
     (["down", ""], "not a run id: ''"),
+    (["up", "a3_pd_1m", "--stages-only"], "--stages-only proves a lab's hosts and hardware"),
+    (["up", "a3_pd_1m", "--stages-only", "--keep"], "--keep has nothing to keep"),
     (["down"], "give a run id (k3lab status) or --all"),
     (["down", "r1", "--all"], "not both"),
     (["down", "../x"], "not a run id: '../x'"),
