@@ -218,10 +218,9 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
     facts = {name: (addrs[name], pods[name]) for name in addrs}
     sample, failures = _ping_pairs(nodes, facts, r)
     lossy = _ping_round(hosts, sample)
-    broken = {(name, f.split(" -> ")[1].split()[0]) for name, f in lossy}  # (source node, peer node)
-    rest = _rest_pairs(nodes, facts, r, sample, broken)
+    rest = _rest_pairs(nodes, facts, r, sample, broken={(source, peer) for source, peer, _ in lossy})
     lossy += _ping_round(hosts, rest)
-    failures += [f for _, f in lossy]
+    failures += [why for _, _, why in lossy]
     told = f"rotation r={r} (K3LAB_SAMPLE_SEED to repeat), {sum(map(len, sample.values()))} sampled + " \
            f"{sum(map(len, rest.values()))} further device pairs"
     print(told)
@@ -234,8 +233,8 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir):
 PING_BUDGET_S = 150  # one round of one node's pings (112 on 8 A3 nodes); past it the unanswered pairs fail
 
 
-def _ping_round(hosts, pairs: dict[str, list[tuple]]) -> list[tuple[str, str]]:
-    """Ping ``pairs`` (per source node, one exec each, nodes in parallel); (source node, failure) per lossy pair."""
+def _ping_round(hosts, pairs: dict[str, list[tuple]]) -> list[tuple[str, str, str]]:
+    """Ping ``pairs`` (per source node, one exec each, nodes in parallel); (source, peer, failure) per lossy pair."""
     from concurrent.futures import ThreadPoolExecutor
 
     def ping_all(name):
@@ -260,7 +259,7 @@ def _ping_round(hosts, pairs: dict[str, list[tuple]]) -> list[tuple[str, str]]:
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = dict(zip(pairs, pool.map(ping_all, pairs)))
-    return [(name, f) for name in pairs for f in _lossy_pairs({name: pairs[name]}, answers)]
+    return _lossy(pairs, answers)
 
 
 def _pair(a, d: int, b, e: int, facts, failures: list[str]) -> tuple | None:
@@ -311,22 +310,28 @@ def _rest_pairs(nodes, facts, r: int, sample: dict[str, list[tuple]], broken: se
 def _lossy_pairs(pairs: dict[str, list[tuple]], answers: dict[str, dict[str, str]]) -> list[str]:
     """Pairs whose ping lost packets, carried a non-zero L1 plane check result, stayed busy after
     the retries, or printed no summary the reader can read."""
+    return [why for _, _, why in _lossy(pairs, answers)]
+
+
+def _lossy(pairs: dict[str, list[tuple]], answers: dict[str, dict[str, str]]) -> list[tuple[str, str, str]]:
+    """(source node, peer node, failure) per lossy pair (see _lossy_pairs)."""
     failures = []
     for name, todo in pairs.items():
         for k, (d, peer, e, verb, target) in enumerate(todo):
-            text = answers[name].get(str(k), "")
-            pair = f"{name} device {d} -> {peer} device {e} ({verb} {target})"
-            if toolparse.busy(text):
-                failures.append(f"{pair}: still busy after the retries: {text.strip()[:120]!r}")
-                continue
-            try:
-                result = toolparse.ping(text)
-            except toolparse.Unparsed as exc:
-                failures.append(f"{pair}: unparsed output: {exc}")
-                continue
-            if not result.ok:
-                failures.append(f"{pair}: expected 0.00% loss and L1 plane check result 0x0, seen {result.describe()}")
+            if (why := _judge(answers[name].get(str(k), ""))) is not None:
+                failures.append((name, peer, f"{name} device {d} -> {peer} device {e} ({verb} {target}): {why}"))
     return failures
+
+
+def _judge(text: str) -> str | None:
+    """What is wrong with one ping's answer, or None when every echo came back clean."""
+    if toolparse.busy(text):
+        return f"still busy after the retries: {text.strip()[:120]!r}"
+    try:
+        result = toolparse.ping(text)
+    except toolparse.Unparsed as exc:
+        return f"unparsed output: {exc}"
+    return None if result.ok else f"expected 0.00% loss and L1 plane check result 0x0, seen {result.describe()}"
 
 
 # The rest of vllm-ascend's "verify multi-node communication environment" procedure (guides §3.2):
