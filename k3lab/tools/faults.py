@@ -396,6 +396,9 @@ LIVE = [
           message="/etc/hccn.conf names no address for device(s) [0]"),
     Fault("L-SPOD-INFO", "an A3 node's driver answers no spod-info", "a3_pd_1m", S({"test_spod_info[p1]"}),
           **_hw("p1", "spod_unsupported", "true"), message="p1: npu-smi info -t spod-info -i 0 -c 0 gave no"),
+    Fault("L-SPOD-INFO-OFF", "no spod-info on another node (a Decode; spod-info is per node)", "a3_pd_1m",
+          S({"test_spod_info[d3]"}), **_hw("d3", "spod_unsupported", "true"),
+          message="d3: npu-smi info -t spod-info -i 0 -c 0 gave no"),
     # Off-sample variants of the hardware faults above: another node, another device index.
     Fault("L-DEVICE-ALARM-OFF", "F15 NPU health Alarm (another node, another device)", "a3_pd_1m",
           S({"test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),
