@@ -382,8 +382,9 @@ def batch_script(commands: list[str]) -> tuple[str, str]:
     token = uuid.uuid4().hex
     lines = ['d=$(mktemp -d 2>/dev/null || { mkdir -p "/tmp/.k3lab-batch-$$" && echo "/tmp/.k3lab-batch-$$"; })']
     for k, cmd in enumerate(commands):
+        # stderr is usually empty: test it (a builtin) before a cat, one process fewer per command
         lines.append(f"printf '@@{token} {k} out\\n'; ( {cmd}\n) </dev/null 2>\"$d/e\"; rc=$?; "
-                     f"printf '\\n@@{token} {k} rc %d\\n' \"$rc\"; cat \"$d/e\" 2>/dev/null; "
+                     f"printf '\\n@@{token} {k} rc %d\\n' \"$rc\"; [ ! -s \"$d/e\" ] || cat \"$d/e\" 2>/dev/null; "
                      f"printf '\\n@@{token} {k} end\\n'")
     lines.append('rm -rf "$d"')
     return "\n".join(lines), token
