@@ -49,6 +49,11 @@ class Fault:
     host: tuple[str, str] | None = None  # host stage on the emulated lab: (node, labemu host fault)
 
     @property
+    def hardware(self) -> bool:
+        """A host row the hardware stage judges: it expects conformance test ids, not HST-* findings."""
+        return any(e.startswith("test_") for e in self.expect)
+
+    @property
     def kind(self) -> str:
         return "static" if self.mutate else "lab" if self.lab else "host" if self.host else "live"
 
@@ -803,7 +808,7 @@ def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
 
 def _stage_findings(f: Fault, scenario: str, inv: Path) -> set[str]:
     """A host fault's row: the host stage's findings, or the hardware stage's where the row expects test ids."""
-    if any(e.startswith("test_") for e in f.expect):
+    if f.hardware:
         return _caught(f, hardware_findings(scenario, inv))
     return host_findings(scenario, inv)
 
@@ -827,7 +832,7 @@ def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
             labemu.up(None, scenario, inv)
             mine = [f for f in faults if f.scenario == scenario]
             healthy = host_findings(scenario, inv)
-            if any(e.startswith("test_") for f in mine for e in f.expect):  # the hardware stage's baseline too
+            if any(f.hardware for f in mine):  # the hardware stage's baseline too
                 healthy |= set(hardware_findings(scenario, inv))
             add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")), healthy))
             for f in mine:
