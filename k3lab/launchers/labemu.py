@@ -211,6 +211,7 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
     hw = _hardware(h, node, platform)
     (etc / "k3lab-sim" / "node.json").write_text(json.dumps(hw, indent=2))
     (etc / "hccn.conf").write_text(_hccn_conf(h))
+    _root_dotfiles(h)
     from k3lab.launchers.sim import image
 
     (etc / "ascend_install.info").write_text((image.ROOTFS / "etc" / "ascend_install.info").read_text())
@@ -239,6 +240,29 @@ CHECKPOINT_STANDINS = {
     "model.safetensors.index.json": {"metadata": {"total_size": 0}, "weight_map": {},
                                      "k3lab_note": "emulated lab stand-in: no weights"},
 }
+
+
+# root's shell start-up files on a freshly installed Debian host (base-files' copies)
+DOTFILES = {".bashrc": Path("/usr/share/base-files/dot.bashrc"), ".profile": Path("/usr/share/base-files/dot.profile")}
+
+
+def _root_dotfiles(h: Host) -> None:
+    """The host's own root start-up files, a fresh install's, over this machine's (``_start`` binds them).
+
+    sshd runs every command through root's bash, which sources ``~/.bashrc`` when started by sshd:
+    this machine's could start pyenv or conda, ~0.1 s of CPU on every SSH session of every emulated
+    host (a docker exec over ssh:// is one session, testinfra's every command another), a cost of
+    the kit host's dotfiles, not of a lab node. Only these files are bound, not all of /root: the
+    kit's own checkout and venv may live under it."""
+    home = h.root / "root-home"
+    home.mkdir(parents=True, exist_ok=True)
+    for name in DOTFILES:
+        (home / name).write_text(fresh_dotfile(name))
+
+
+def fresh_dotfile(name: str) -> str:
+    fresh = DOTFILES[name]
+    return fresh.read_text() if fresh.exists() else "# k3lab labemu: a fresh host's empty start-up file\n"
 
 
 def _checkpoints(cache: Path) -> None:
@@ -290,6 +314,8 @@ def _start(h: Host, tcp: bool) -> None:
         f"mount --bind {h.root / 'etc'} /etc",
         "mkdir -p /root/.cache",
         f"mount --bind {h.root / 'cache'} /root/.cache",
+        # the host's own root start-up files (_root_dotfiles), over those of this machine that exist
+        *(f"[ ! -f /root/{n} ] || mount --bind {h.root / 'root-home' / n} /root/{n}" for n in DOTFILES),
         # the host's own driver files (version.info) at the real path; the mount point is an empty
         # directory on this machine, removed by down
         f"mount --bind {h.usr_local / 'Ascend'} {ASCEND_DIR}",

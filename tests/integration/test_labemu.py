@@ -66,6 +66,31 @@ def all_containers(lab) -> dict[str, list[str]]:
     return {h.name: [c.name for c in engine(h).containers.list(all=True)] for h in lab["hosts"]}
 
 
+def test_ssh_sessions_use_the_hosts_own_root_startup_files(lab):
+    """An emulated host's root gets a fresh install's ~/.bashrc, not this machine's (which may start
+    pyenv on every SSH session); the machine's own file is untouched."""
+    import paramiko
+
+    inv = yaml.safe_load(lab["inventory"].read_text())
+    node = next(n for n in inv["nodes"] if n["endpoint"].startswith("ssh://"))
+    client = paramiko.SSHClient()
+    client.load_host_keys(inv["ssh"]["known_hosts"])
+    client.connect(node["local_ip"], username="root", key_filename=inv["ssh"]["identity_file"],
+                   look_for_keys=False, allow_agent=False, timeout=20)
+    try:
+        got = {}
+        for name in labemu.DOTFILES:
+            _, out, _ = client.exec_command(f"cat ~/{name} 2>/dev/null || echo ABSENT", timeout=20)
+            got[name] = out.read().decode()
+    finally:
+        client.close()
+    for name in labemu.DOTFILES:
+        if Path("/root", name).exists():
+            assert got[name] == labemu.fresh_dotfile(name), f"{node['name']}: ~/{name} is not the host's own"
+        else:
+            assert got[name] == "ABSENT\n"  # nothing is created on this machine
+
+
 def test_lab_preflight_names_the_host_of_each_fault(lab, tmp_path, runs_dir):
     """A foreign container with the guide's name and a taken API port on node0, an unknown host key on
     node1, a missing mount source on node2, the image absent (--pull never) on node3: one finding each,
