@@ -55,6 +55,18 @@ def test_service_answers_as_the_tool_in_process(service, argv):
     assert got.stdout  # every case prints something: an empty pair would prove nothing
 
 
+def test_calls_leave_no_socket_behind_in_the_nodes_tcp_table(service):
+    """A real tool opens no TCP socket; the service's calls must not fill /proc/net/tcp, which the
+    suite's port checks read, with one TIME_WAIT entry per call."""
+    through_service, _ = service
+    port = int(Path(through_service["K3SIM_TOOL_SERVICE"]).read_text())
+    for _ in range(20):
+        assert run([HCCN_TOOL, "-i", "0", "-link", "-g"], through_service).stdout == "link status: UP\n"
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    ends = [(r[1], r[2]) for r in rows if r[3] == "06"]  # TIME_WAIT
+    assert not [e for e in ends if any(int(x.rsplit(":", 1)[1], 16) == port for x in e)]
+
+
 def test_busy_answer_comes_through_the_service(service, tmp_path):
     through_service, _ = service
     with open(tmp_path / "hccn.lock", "w") as lock:  # another hccn_tool call holds the device tool
@@ -81,9 +93,9 @@ def test_bad_requests_get_an_error_not_a_dead_service(service, request_bytes, me
     with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
         conn.sendall(request_bytes)
         conn.shutdown(socket.SHUT_WR)
-        reply = b"".join(iter(lambda: conn.recv(4096), b""))
-    header, _, rest = reply.partition(b"\n")
-    rc, nout, nerr = map(int, header.split())
+        reply = conn.makefile("rb")  # as a shim reads: the header, then the counted bytes
+        rc, nout, nerr = map(int, reply.readline().split())
+        rest = reply.read(nout + nerr)
     assert (rc, nout) == (1, 0) and message in rest.decode() and len(rest) == nerr
     assert run([NPU_SMI, "info"], through_service).returncode == 0  # still serving
 
