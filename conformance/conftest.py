@@ -96,14 +96,16 @@ def hosts(state, client_pool):
 
 
 @pytest.fixture(scope="session")
-def tools(hosts, plan):
+def tools(hosts, plan, request):
     """Per node: its read-only tool output (npu-smi, hccn_tool per device, /proc, staged files) from
-    ONE docker exec per node for the whole suite (k3lab.conformance.nodetools); other commands run live."""
+    ONE docker exec per node for the whole suite (k3lab.conformance.nodetools); other commands run live.
+    A run of the NPU and HCCN checks alone (the hardware stage) reads only what they need."""
     from concurrent.futures import ThreadPoolExecutor
 
     from k3lab.conformance.nodetools import NodeTools, Store, shared_dir
+    from k3lab.launchers.suite import HARDWARE
 
-    store = Store(shared_dir())
+    store = Store(shared_dir(), hardware_only=all(item.path.name == HARDWARE for item in request.session.items))
     tools = {n.name: NodeTools(hosts[n.name], n, store) for n in plan.nodes if n.name in hosts}
     # every node's batch starts now, in the background: checks that need a node wait only for its own
     pool = ThreadPoolExecutor(max_workers=max(1, len(tools)))

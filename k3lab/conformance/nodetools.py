@@ -66,11 +66,14 @@ def hccn_options(node) -> list[str]:
             + (["-vnic -g"] if node.platform == "A3" else ["-ip -g"]))
 
 
-def commands(node) -> list[str]:
-    """Every read-only command a per-node check runs on ``node``."""
-    cmds = ["npu-smi info", SPOD, "cat /proc/net/tcp", "cat /proc/net/tcp6", PROC_CMDLINES, cat("/etc/hccn.conf")]
+def commands(node, hardware_only: bool = False) -> list[str]:
+    """Every read-only command a per-node check runs on ``node``; ``hardware_only``: those of the NPU
+    and HCCN checks (the hardware stage), without the suite's /proc and staged-file reads."""
+    cmds = ["npu-smi info", SPOD, cat("/etc/hccn.conf")]
     cmds += [hccn(i, opt) for opt in hccn_options(node) for i in range(node.device_count)]
-    cmds += [cat(a.path) for a in node.artefacts if a.path.startswith("/")]
+    if not hardware_only:
+        cmds += ["cat /proc/net/tcp", "cat /proc/net/tcp6", PROC_CMDLINES]
+        cmds += [cat(a.path) for a in node.artefacts if a.path.startswith("/")]
     return cmds
 
 
@@ -122,8 +125,9 @@ class NodeTools:
 class Store:
     """Batch answers per node: in memory, and in the shared directory for the other workers."""
 
-    def __init__(self, directory: str | None) -> None:
+    def __init__(self, directory: str | None, hardware_only: bool = False) -> None:
         self.dir = Path(directory) if directory else None
+        self.hardware_only = hardware_only
         self._mem: dict[str, dict[str, CommandResult]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -154,10 +158,9 @@ class Store:
             tmp.replace(path)
             return got
 
-    @staticmethod
-    def _run(host, node) -> dict[str, CommandResult]:
+    def _run(self, host, node) -> dict[str, CommandResult]:
         try:
-            return host.batch({c: c for c in commands(node)}, timeout=BATCH_TIMEOUT_S)
+            return host.batch({c: c for c in commands(node, self.hardware_only)}, timeout=BATCH_TIMEOUT_S)
         except AssertionError as exc:
             return {"__error__": CommandResult("batch", -1, "", str(exc), host.name)}
 

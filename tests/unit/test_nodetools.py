@@ -41,6 +41,18 @@ def test_every_per_node_query_is_in_the_batch():
     assert len([c for c in a2 if nodetools.HCCN in c]) == 8 * 7 and nodetools.hccn(7, "-ip -g") in a2  # no vNIC on A2
 
 
+def test_the_hardware_stage_batch_holds_the_npu_and_hccn_reads_only():
+    node = _node()
+    hw = nodetools.commands(node, hardware_only=True)
+    assert set(hw) < set(nodetools.commands(node))
+    assert len([c for c in hw if nodetools.HCCN in c]) == 16 * 7
+    assert {"npu-smi info", nodetools.SPOD, nodetools.cat("/etc/hccn.conf")} <= set(hw)
+    assert not [c for c in hw if "/proc" in c] and nodetools.cat("/root/run.sh") not in hw
+    host = _Host()
+    tools = nodetools.NodeTools(host, node, nodetools.Store(None, hardware_only=True))
+    assert tools.run("cat /proc/net/tcp").stdout == "live\n"  # a suite read outside the stage's batch runs live
+
+
 def test_one_batch_per_node_for_every_thread_and_worker(tmp_path):
     host, node = _Host(), _node()
     first = nodetools.NodeTools(host, node, nodetools.Store(str(tmp_path)))
