@@ -24,10 +24,10 @@ from pathlib import Path
 
 from k3lab.conformance.toolparse import BUSY, ipv4
 from k3lab.launchers.endpoints import CommandResult, FileState
+from k3lab.launchers.hwstage import BATCH_TIMEOUT_S
 
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 DIR_ENV = "K3LAB_NODE_TOOLS_DIR"
-BATCH_TIMEOUT_S = 300  # ~100 tool calls per node, each retried while hccn_tool answers busy
 PROC_CMDLINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"  # ps is absent in slim images
 SPOD = "npu-smi info -t spod-info -i 0 -c 0"
 BUSY_PATTERNS = "|".join(f"*{shlex.quote(b)}*" for b in BUSY)  # shell case patterns

@@ -44,6 +44,7 @@ LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
 API_VERSION = "1.41"  # Docker 20.10+, the oldest engine the kit supports; avoids a version probe
 # First contact with a host: SSH connect, banner, auth and channel open, then the engine's /_ping.
 # A loaded lab engine answers a ping in well under a second; 20 s leaves room for a slow SSH login.
+TIMED_OUT = 124  # coreutils timeout's exit status: the kit's docker exec ran past its bound
 ANSWER_TIMEOUT_S = float(os.environ.get("K3LAB_ANSWER_TIMEOUT", "20"))
 # One kit-side operation on one host (evidence, versions, attach, status), hosts in parallel.
 HOST_DEADLINE_S = float(os.environ.get("K3LAB_HOST_DEADLINE", "60"))
@@ -261,7 +262,7 @@ class CommandResult:
         """The output, or :class:`CommandFailed` naming the node, the command and its last words."""
         if not self.ok:
             raise CommandFailed(f"{self.host}: '{self.command[:200]}' exited {self.rc}"
-                                + (" (timed out)" if self.rc == 124 else "") + f": {self.output.strip()[-300:]}")
+                                + (" (timed out)" if self.rc == TIMED_OUT else "") + f": {self.output.strip()[-300:]}")
         return self.output
 
     @property

@@ -18,8 +18,29 @@ from pathlib import Path
 from k3lab.errors import ChecksFailed
 from k3lab.launchers import suite
 
-TIMEOUT_S = 660  # the node batches' bound (nodetools.BATCH_TIMEOUT_S, 300 s) + two ping rounds (test_npu.PING_BUDGET_S)
 JUNIT = "hardware-stage.xml"
+BATCH_TIMEOUT_S = 300  # a node's batch: ~120 tool queries, each retried while hccn_tool answers busy
+# A node's pings run one after another (hccn_tool is not re-entrant), and a real -hccs_ping lasts a
+# second or more: it sleeps 1 s before each poll of its result (hccn_tool source,
+# dsmi_get_hccs_ping_result). So a round's budget grows with its pings: 16 A3 nodes send up to 240
+# each in round 2, past any fixed budget that suits 8. PING_CALL_S allows for a poll or two more.
+PING_CALL_S = 3.0
+PING_ROUND_BASE_S = 30
+SLACK_S = 60  # pytest start-up, the address reads between the batches and the rounds
+
+
+def ping_budget_s(pings: int) -> int:
+    """Seconds one node's exec of ``pings`` pings may take; past it the unanswered pairs fail as such."""
+    return int(PING_ROUND_BASE_S + PING_CALL_S * pings)
+
+
+def bound_s(device_counts: list[int]) -> int:
+    """The stage's bound for nodes with these device counts: the batches, then round 1 (each device
+    sends once) and round 2 (at most every device of every other node), each with its node budget."""
+    if not device_counts:
+        return BATCH_TIMEOUT_S + SLACK_S
+    rest = max(sum(device_counts) - own for own in device_counts)
+    return BATCH_TIMEOUT_S + ping_budget_s(max(device_counts)) + ping_budget_s(rest) + SLACK_S
 
 
 class HardwareStageFailed(ChecksFailed):
@@ -40,16 +61,21 @@ def failures(junit: Path) -> list[tuple[str, str]]:
     return out
 
 
-def _hosts(run_dir: Path) -> dict[str, str]:
-    """node -> its host, from the run's plan (a suite message may name nodes only, e.g. a device pair)."""
-    from k3lab.launchers.endpoints import describe
+def _plan(run_dir: Path):
     from k3lab.model.plan import Plan
 
     try:
-        plan = Plan.model_validate_json((run_dir / "plan.json").read_text())
+        return Plan.model_validate_json((run_dir / "plan.json").read_text())
     except (OSError, ValueError):
-        return {}
-    return {n.name: describe(n.endpoint) for n in plan.nodes}
+        return None
+
+
+def _hosts(run_dir: Path) -> dict[str, str]:
+    """node -> its host, from the run's plan (a suite message may name nodes only, e.g. a device pair)."""
+    from k3lab.launchers.endpoints import describe
+
+    plan = _plan(run_dir)
+    return {n.name: describe(n.endpoint) for n in plan.nodes} if plan else {}
 
 
 def _named(msg: str, where: dict[str, str]) -> str:
@@ -63,10 +89,12 @@ def _named(msg: str, where: dict[str, str]) -> str:
 def gate(run_dir: Path, timings: dict[str, float]) -> None:
     t = time.monotonic()
     junit = run_dir / JUNIT
+    plan = _plan(run_dir)
+    bound = bound_s([n.device_count for n in plan.nodes] if plan else [])
     try:
-        res = subprocess.run(suite.hardware_command(run_dir, junit), capture_output=True, text=True, timeout=TIMEOUT_S)
+        res = subprocess.run(suite.hardware_command(run_dir, junit), capture_output=True, text=True, timeout=bound)
     except subprocess.TimeoutExpired:
-        raise HardwareStageFailed(f"hardware stage: no verdict within {TIMEOUT_S}s; nothing was launched", []) from None
+        raise HardwareStageFailed(f"hardware stage: no verdict within {bound}s; nothing was launched", []) from None
     timings["hardware_stage_s"] = time.monotonic() - t
     (run_dir / "hardware-stage.txt").write_text(res.stdout + res.stderr)
     if res.returncode == 0:

@@ -9,7 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from k3lab.conformance import nodetools
-from k3lab.launchers.endpoints import CommandResult
+from k3lab.launchers import hwstage
+from k3lab.launchers.endpoints import TIMED_OUT, CommandResult
+from k3lab.model import catalog
+from k3lab.tools import faults
 from tests import suite
 
 reachability = suite.load("test_npu").test_cross_node_reachability
@@ -125,3 +128,43 @@ def test_a_node_pair_broken_in_the_sample_is_not_pinged_again():
         reachability(plan, hosts, tools, Path("/runs/r1"))
     sampled = [a for a in hosts["n0"].pinged if a in every]
     assert 1 <= len(sampled) <= 6  # the sample's pings to n2 only (16 devices over 3 peers), no second round
+
+
+class _Slow(_Host):
+    """A node whose ping exec runs out of its budget after ``answered`` pairs (coreutils timeout: exit 124)."""
+
+    def __init__(self, *args, answered=3, **kw):
+        super().__init__(*args, **kw)
+        self.answered, self.budgets = answered, []
+
+    def exec(self, argv, timeout=None):
+        self.budgets.append(timeout)
+        res = self.run(argv[-1])
+        kept = res.stdout.split("\n@@ ")[:self.answered + 1]
+        return CommandResult(res.command, TIMED_OUT, "\n@@ ".join(kept) + "\n", "", self.name)
+
+
+def test_a_round_past_its_budget_names_the_unanswered_pairs_and_is_not_asked_again():
+    plan, _, _ = _lab([0, 0])
+    hosts = {x.name: _Slow(x.name, i, 0) for i, x in enumerate(plan.nodes)}
+    store = nodetools.Store(None)
+    tools = {x.name: nodetools.NodeTools(hosts[x.name], x, store) for x in plan.nodes}
+    with pytest.raises(AssertionError, match=r"unreachable device pairs: n0 device \d+ -> n1 device \d+") as exc:
+        reachability(plan, hosts, tools, Path("/runs/r1"))
+    assert "-hccs_ping" in str(exc.value)
+    # round 1 only (its node pair failed), one exec per node, bounded by the budget of its 16 pings
+    assert hosts["n0"].budgets == [hwstage.ping_budget_s(16)]
+
+
+# A real -hccs_ping lasts at least a second: hccn_tool sleeps 1 s before each poll of its result
+# (dsmi_get_hccs_ping_result in the hccn_tool source), and a node's pings run one after another.
+HCCS_PING_MIN_S = 1.0
+
+
+@pytest.mark.parametrize("sid", list(catalog.SCENARIOS))
+def test_the_stage_and_ping_budgets_cover_real_ping_times_on_every_scenario(sid):
+    counts = [n.device_count for n in faults.rendered(sid).plan.nodes]
+    rest = max(sum(counts) - own for own in counts)  # round 2: at most every device of every other node
+    assert hwstage.ping_budget_s(max(counts)) >= 2 * HCCS_PING_MIN_S * max(counts)
+    assert hwstage.ping_budget_s(rest) >= 2 * HCCS_PING_MIN_S * rest
+    assert hwstage.bound_s(counts) > hwstage.BATCH_TIMEOUT_S + hwstage.ping_budget_s(max(counts)) + hwstage.ping_budget_s(rest)
