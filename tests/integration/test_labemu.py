@@ -74,8 +74,8 @@ def test_ssh_sessions_use_the_hosts_own_root_startup_files(lab):
     inv = yaml.safe_load(lab["inventory"].read_text())
     node = next(n for n in inv["nodes"] if n["endpoint"].startswith("ssh://"))
     client = paramiko.SSHClient()
-    client.load_host_keys(inv["ssh"]["known_hosts"])
-    client.connect(node["local_ip"], username="root", key_filename=inv["ssh"]["identity_file"],
+    client.load_host_keys(inv["lab"]["known_hosts"])
+    client.connect(node["local_ip"], username="root", key_filename=inv["lab"]["identity_file"],
                    look_for_keys=False, allow_agent=False, timeout=20)
     try:
         got = {}
