@@ -23,8 +23,10 @@ BATCH_TIMEOUT_S = 300  # a node's batch: ~120 tool queries, each retried while h
 # A node's pings run one after another (hccn_tool is not re-entrant), and a real -hccs_ping lasts a
 # second or more: it sleeps 1 s before each poll of its result (hccn_tool source,
 # dsmi_get_hccs_ping_result). So a round's budget grows with its pings: 16 A3 nodes send up to 240
-# each in round 2, past any fixed budget that suits 8. PING_CALL_S allows for a poll or two more.
-PING_CALL_S = 3.0
+# each in round 2, past any fixed budget that suits 8. A RoCE -ping sends three echoes; at ping(8)'s
+# 1 s interval that is ~3 s. A budget too short fails a healthy lab; one too long only delays the
+# verdict on a hung one: PING_CALL_S allows 4 s a ping.
+PING_CALL_S = 4.0
 PING_ROUND_BASE_S = 30
 SLACK_S = 60  # pytest start-up, the address reads between the batches and the rounds
 
