@@ -83,6 +83,27 @@ class KitParamikoBackend(ParamikoBackend):
         return chan.recv_exit_status(), stdout, stderr
 
 
+def shell_noise(endpoint: str, ssh: SshOptions) -> str:
+    """What an ssh:// node's shell prints for ``true``: '' when clean, not ssh://, or not reachable over SSH."""
+    if not endpoint.startswith("ssh://"):
+        return ""
+    backend = KitParamikoBackend(endpoint, ssh)
+    try:
+        return backend.run("true").stdout
+    except Exception:  # SSH itself fails: the caller's own error says why
+        return ""
+    finally:
+        if "client" in backend.__dict__:  # a cached_property: only a client that was built is closed
+            backend.client.close()
+
+
+def noisy_shell(noise: str, exc: BaseException) -> str:
+    """Why an ssh:// endpoint's Docker API fails when root's shell prints (LPF-SSH-SHELL); the output quoted."""
+    first = noise.strip().splitlines()[0] if noise.strip() else noise
+    return (f"root's shell prints {len(noise)} byte(s) for a command that prints nothing (first line: "
+            f"{first[:80]!r}), so the Docker API over ssh:// reads garbage ({type(exc).__name__})")
+
+
 class HelperBackend(BaseBackend):
     """A node's host through a helper container on its own Docker endpoint (``chroot /host``)."""
 
@@ -241,7 +262,12 @@ def collect(plan: Plan, pool: ClientPool, run_id: str, deadline: float = DEADLIN
         try:
             return _node_facts(plan, node, pool, run_id)
         except Exception as exc:  # unreachable, refused host key, helper refused: named, the rest proceed
-            return hc.HostFacts(node.name, describe(node.endpoint), error=f"{type(exc).__name__}: {exc}")
+            if noise := shell_noise(node.endpoint, pool.ssh):
+                why = (f"{noisy_shell(noise, exc)}; make ~/.bashrc and /etc/bash.bashrc print nothing unless "
+                       f"interactive (LPF-SSH-SHELL)")
+            else:
+                why = f"{type(exc).__name__}: {exc}"
+            return hc.HostFacts(node.name, describe(node.endpoint), error=why)
 
     ex = ThreadPoolExecutor(max_workers=8)
     futures = {ex.submit(one, n): n for n in plan.nodes}

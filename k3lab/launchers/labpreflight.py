@@ -52,6 +52,10 @@ def check_endpoint(node: NodePlan, pool: ClientPool) -> list[Finding]:
                              f"({text}); the kit does not accept unknown keys.", (node.name,))]
         return [_finding("LPF-ENDPOINT", f"{_where(node)}: SSH to {node.endpoint} failed: {text}.", (node.name,))]
     except Exception as exc:  # connection refused, timeout, TLS, HTTP errors
+        from k3lab.launchers.hoststage import noisy_shell, shell_noise
+
+        if noise := shell_noise(node.endpoint, pool.ssh):  # the engine's answer came after the shell's output
+            return [_finding("LPF-SSH-SHELL", f"{_where(node)}: {noisy_shell(noise, exc)}.", (node.name,))]
         return [_finding("LPF-ENDPOINT", f"{_where(node)}: endpoint {node.endpoint} does not answer: "
                          f"{type(exc).__name__}: {exc}.", (node.name,))]
 

@@ -20,6 +20,11 @@ LIVE_CHECKS = [
               "already be in the known_hosts file the kit uses (never accepted blindly).",
               "start the Docker engine / sshd on the node; verify the host key fingerprint out of band and add it "
               "to the inventory's lab.known_hosts (or ~/.ssh/known_hosts)."),
+    LiveCheck("LPF-SSH-SHELL", "A command run over SSH on an ssh:// node MUST print nothing but its own output: "
+              "docker over ssh:// runs docker system dial-stdio through root's shell and reads the engine's answers "
+              "from its stdout (Debian's bash reads ~/.bashrc for every command sshd runs).",
+              "make root's ~/.bashrc and /etc/bash.bashrc print nothing unless interactive: put "
+              "'case $- in *i*) ;; *) return ;; esac' above any echo, banner or tool that prints."),
     LiveCheck("LPF-IMAGE", "The planned image MUST be present on every node, or be pulled as --pull says "
               "(never|missing|always); the Docker API never pulls on create.",
               "docker pull (or docker load) the image on the node, or run with --pull missing."),

@@ -266,3 +266,22 @@ def test_a_node_past_the_deadline_is_named_and_the_others_proceed(plan, monkeypa
     assert not any(f.error for n, f in got.items() if n != "d2")
     found = hc.evaluate(plan, got)
     assert {(f.check, f.nodes) for f in found} == {("HST-REACH", ("d2",))}
+
+
+def test_a_node_whose_shell_prints_is_named_for_that_not_as_unreachable(plan, monkeypatch):
+    from types import SimpleNamespace
+
+    import requests
+
+    def node_facts(plan, node, pool, run_id):
+        if node.name == "p1":  # docker-py over ssh:// reads the banner where the engine's HTTP should be
+            raise requests.exceptions.ConnectionError("('Connection aborted.', BadStatusLine('Welcome\\n'))")
+        return _healthy(plan)[node.name]
+
+    monkeypatch.setattr(hoststage, "_node_facts", node_facts)
+    monkeypatch.setattr(hoststage, "shell_noise", lambda endpoint, ssh: "Welcome to the lab\n")
+    got = hoststage.collect(plan, pool=SimpleNamespace(ssh=None), run_id="r")  # type: ignore[arg-type]
+    assert "root's shell prints 19 byte(s)" in got["p1"].error and "'Welcome to the lab'" in got["p1"].error
+    assert "LPF-SSH-SHELL" in got["p1"].error and not any(f.error for n, f in got.items() if n != "p1")
+    monkeypatch.setattr(hoststage, "shell_noise", lambda endpoint, ssh: "")  # a clean shell: the error as it came
+    assert "BadStatusLine" in hoststage.collect(plan, pool=SimpleNamespace(ssh=None), run_id="r")["p1"].error  # type: ignore[arg-type]

@@ -6,8 +6,9 @@ import socket
 import docker
 import paramiko
 import pytest
+import requests
 
-from k3lab.launchers import endpoints, labpreflight, lifecycle
+from k3lab.launchers import endpoints, hoststage, labpreflight, lifecycle
 from k3lab.model.plan import Container, Mount, NodePlan, PortUse
 
 
@@ -68,7 +69,7 @@ class _Client:
 
 class _Pool:
     def __init__(self, client):
-        self.client, self._clients = client, {"ep": client}
+        self.client, self._clients, self.ssh = client, {"ep": client}, endpoints.SshOptions()
 
     def get(self, endpoint):
         return self.client
@@ -80,10 +81,29 @@ def test_unknown_host_key_is_reported_naming_the_host():
     assert f[0].check == "LPF-ENDPOINT" and "p0 (10.0.0.1)" in f[0].message and "not known" in f[0].message
 
 
-def test_endpoint_that_does_not_answer():
+def test_endpoint_that_does_not_answer(monkeypatch):
+    monkeypatch.setattr(hoststage, "shell_noise", lambda endpoint, ssh: "")  # SSH answers, the shell is clean
     f = labpreflight.check_endpoint(_node(), _Pool(_Client(ping_exc=ConnectionRefusedError("refused"))))
     assert f[0].check == "LPF-ENDPOINT" and "does not answer" in f[0].message
     assert labpreflight.check_endpoint(_node(), _Pool(_Client())) == []
+
+
+def test_a_shell_that_prints_is_named_not_a_dead_engine(monkeypatch):
+    # what docker-py raises when ~/.bashrc echoes a banner before dial-stdio's HTTP (seen on the emulated lab)
+    garbled = requests.exceptions.ConnectionError("('Connection aborted.', BadStatusLine('Welcome to p0\\n'))")
+    monkeypatch.setattr(hoststage, "shell_noise", lambda endpoint, ssh: "Welcome to p0\nhave a nice day\n")
+    f = labpreflight.check_endpoint(_node(), _Pool(_Client(ping_exc=garbled)))
+    assert [x.check for x in f] == ["LPF-SSH-SHELL"]
+    assert "p0 (10.0.0.1)" in f[0].message and "'Welcome to p0'" in f[0].message and "30 byte(s)" in f[0].message
+    assert "case $- in *i*)" in f[0].message  # the remedy
+    # a hostile banner is quoted, never passed on raw (terminal escapes)
+    monkeypatch.setattr(hoststage, "shell_noise", lambda endpoint, ssh: "\x1b[2J\x1b]0;owned\x07" + "x" * 500)
+    f = labpreflight.check_endpoint(_node(), _Pool(_Client(ping_exc=garbled)))
+    assert "\x1b" not in f[0].message and "\x07" not in f[0].message and len(f[0].message) < 800
+
+
+def test_only_an_ssh_endpoint_has_a_shell_to_ask():
+    assert hoststage.shell_noise("tcp://10.0.0.1:2375", endpoints.SshOptions()) == ""
 
 
 def test_image_absent_with_pull_never_and_failed_pull():
