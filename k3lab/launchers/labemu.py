@@ -211,6 +211,8 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
     hw = _hardware(h, node, platform)
     (etc / "k3lab-sim" / "node.json").write_text(json.dumps(hw, indent=2))
     (etc / "hccn.conf").write_text(_hccn_conf(h))
+    if Path("/etc/bash.bashrc").exists():  # as installed (the noisy-shell fault edits the host's copy)
+        shutil.copyfile("/etc/bash.bashrc", etc / "bash.bashrc")
     _root_dotfiles(h)
     from k3lab.launchers.sim import image
 
@@ -611,6 +613,8 @@ HOST_FAULTS = {
     "old-driver": "the host's driver is older (version.info Version=24.1.0)",
     "hccn-entry": "/etc/hccn.conf lacks the last device's address",
     "unreserved-ports": "the planned ports are not reserved (the kernel's default)",
+    "noisy-shell": "root's shell prints a banner for every SSH command (/etc/bash.bashrc echoes before its "
+                   "interactive guard)",
     # hardware faults in the host's device table, which the image's npu-smi / hccn_tool read as the driver
     "link-down": "device 2's link is DOWN (link-down:N: device N)",
     "npu-alarm": "device 3 reports health Alarm (npu-alarm:N: device N)",
@@ -644,6 +648,9 @@ def break_host(node: str, fault: str, model_dir: str) -> None:
         conf.write_text("\n".join(ln for ln in lines if not ln.startswith(f"address_{last}=")) + "\n")
     elif fault.partition(":")[0] in ("link-down", "npu-alarm", "pair-unreachable"):
         _device_fault(h, *fault.partition(":")[::2])
+    elif fault == "noisy-shell":  # bash reads /etc/bash.bashrc for every command sshd runs (Debian)
+        rc = h.root / "etc" / "bash.bashrc"
+        rc.write_text(f'echo "Welcome to {node}, a lab node"\n' + (rc.read_text() if rc.exists() else ""))
     elif fault == "unreserved-ports":
         _sh("nsenter", f"--net=/run/netns/{h.ns}", "sysctl", "-q", "-w", "net.ipv4.ip_local_reserved_ports=")
     else:

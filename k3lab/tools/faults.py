@@ -54,6 +54,11 @@ class Fault:
         return any(e.startswith("test_") for e in self.expect)
 
     @property
+    def lab_preflight(self) -> bool:
+        """A host row the lab preflight judges (LPF-* findings, before the host stage)."""
+        return any(e.startswith("LPF-") for e in self.expect)
+
+    @property
     def kind(self) -> str:
         return "static" if self.mutate else "lab" if self.lab else "host" if self.host else "live"
 
@@ -636,6 +641,10 @@ HOST = [
     _host_fault("H-HCCN-ENTRY-OFF", "p0", "hccn-entry", "HST-HCCN-CONF", "/etc/hccn.conf lacks a device, another node"),
     _host_fault("H-PORTS", "d1", "unreserved-ports", "HST-PORTS", "KV ports in the ephemeral range, not reserved"),
     _host_fault("H-PORTS-OFF", "p3", "unreserved-ports", "HST-PORTS", "ports not reserved on another node"),
+    # the lab preflight's: the first SSH session meets the banner (ssh:// nodes: p0-p2, d0-d2)
+    _host_fault("H-SSH-SHELL", "p1", "noisy-shell", "LPF-SSH-SHELL", "root's shell prints a banner on one ssh:// host"),
+    _host_fault("H-SSH-SHELL-OFF", "d2", "noisy-shell", "LPF-SSH-SHELL",
+                "root's shell prints a banner on another ssh:// host"),
 ]
 
 # Hardware-stage faults (issue #21), present on one emulated host's device table before the run: the
@@ -792,6 +801,24 @@ def host_findings(scenario: str, inventory: Path) -> set[str]:
     return {f"{f.check}[{','.join(f.nodes)}]" for f in found}
 
 
+def lab_findings(scenario: str, inventory: Path) -> set[str]:
+    """The lab preflight alone against a lab inventory: ``CHECK[node]`` per finding."""
+    import uuid
+
+    from k3lab.launchers import labpreflight
+    from k3lab.launchers.endpoints import ClientPool, SshOptions
+    from k3lab.model.select import load_inventory
+
+    inv, name = load_inventory(scenario, str(inventory))
+    plan = render.build(scenario, inv, {}, "lab", inventory_name=name).plan
+    pool = ClientPool(SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
+    try:
+        found = labpreflight.run(plan, pool, f"faults-{uuid.uuid4().hex[:6]}")
+    finally:
+        pool.close()
+    return {f"{f.check}[{','.join(f.nodes)}]" for f in found}
+
+
 def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
     """The hardware stage's failing checks (test id -> message) on the lab ``inventory`` describes:
     ``up --stages-only`` (host stage, containers, hardware stage, teardown; no engine starts)."""
@@ -810,6 +837,8 @@ def _stage_findings(f: Fault, scenario: str, inv: Path) -> set[str]:
     """A host fault's row: the host stage's findings, or the hardware stage's where the row expects test ids."""
     if f.hardware:
         return _caught(f, hardware_findings(scenario, inv))
+    if f.lab_preflight:
+        return lab_findings(scenario, inv)
     return host_findings(scenario, inv)
 
 
@@ -834,6 +863,8 @@ def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
             healthy = host_findings(scenario, inv)
             if any(f.hardware for f in mine):  # the hardware stage's baseline too
                 healthy |= set(hardware_findings(scenario, inv))
+            if any(f.lab_preflight for f in mine):  # and the lab preflight's
+                healthy |= lab_findings(scenario, inv)
             add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")), healthy))
             for f in mine:
                 assert f.host is not None
