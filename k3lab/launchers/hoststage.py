@@ -98,7 +98,10 @@ def shell_noise(endpoint: str, ssh: SshOptions) -> str:
 
 
 def noisy_shell(noise: str, exc: BaseException) -> str:
-    """Why an ssh:// endpoint's Docker API fails when root's shell prints (LPF-SSH-SHELL); the output quoted."""
+    """Why an ssh:// endpoint's Docker API fails when root's shell prints (LPF-SSH-SHELL); the output quoted.
+
+    A known trap: docker/cli#3019 ("malformed HTTP status code \"pid\"", "... \"Succeeded\"" from hosts
+    whose shell start-up printed), where docker-py says BadStatusLine and nothing names the shell."""
     first = noise.strip().splitlines()[0] if noise.strip() else noise
     return (f"root's shell prints {len(noise)} byte(s) for a command that prints nothing (first line: "
             f"{first[:80]!r}), so the Docker API over ssh:// reads garbage ({type(exc).__name__})")
