@@ -44,6 +44,12 @@ LOCAL_ENDPOINT = "unix:///var/run/docker.sock"
 API_VERSION = "1.41"  # Docker 20.10+, the oldest engine the kit supports; avoids a version probe
 # First contact with a host: SSH connect, banner, auth and channel open, then the engine's /_ping.
 # A loaded lab engine answers a ping in well under a second; 20 s leaves room for a slow SSH login.
+# sshd allows MaxSessions (10 by default) channels per connection, and docker-py keeps one pool of
+# connections per request URL, each connection an open channel running docker system dial-stdio
+# (docker-py#2246: its own SSH client defaults to 9 pools; a custom adapter gets 25). At most
+# SSH_POOLS idle channels stay open, leaving room for requests in flight (an exec's stream, threads).
+SSH_POOLS = 4
+SSH_POOL_SIZE = 2
 TIMED_OUT = 124  # coreutils timeout's exit status: the kit's docker exec ran past its bound
 ANSWER_TIMEOUT_S = float(os.environ.get("K3LAB_ANSWER_TIMEOUT", "20"))
 # One kit-side operation on one host (evidence, versions, attach, status), hosts in parallel.
@@ -111,7 +117,8 @@ def docker_client(endpoint: str, ssh: SshOptions | None = None, timeout: int = 1
     if endpoint.startswith("ssh://"):  # the kit's adapter always: its connect and channel timeouts
         api = docker.APIClient(base_url="tcp://127.0.0.1:9", version=API_VERSION, timeout=timeout)
         # parse_host adds the default port 22, as docker-py's own constructor does
-        adapter = _KitSSHAdapter(docker.utils.parse_host(endpoint), ssh, timeout=timeout, max_pool_size=32)
+        adapter = _KitSSHAdapter(docker.utils.parse_host(endpoint), ssh, timeout=timeout,
+                                 pool_connections=SSH_POOLS, max_pool_size=SSH_POOL_SIZE)
         api._custom_adapter = adapter
         api.mount("http+docker://ssh", adapter)
         api._unmount("http://", "https://")

@@ -229,7 +229,7 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
         f"ListenAddress {h.ip}", "Port 22", f"HostKey /etc/ssh/{h.host_key.name}",
         "AuthorizedKeysFile /etc/ssh/k3emu_authorized_keys", "PermitRootLogin prohibit-password",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-        f"PidFile {h.sshd_pid}", "MaxSessions 64", "MaxStartups 64:30:128",
+        f"PidFile {h.sshd_pid}",
         # the docker CLI that docker-py runs over SSH (docker system dial-stdio) talks to this host's engine
         f"SetEnv DOCKER_HOST=unix://{h.sock}", "Subsystem sftp internal-sftp", ""]))
 

@@ -91,6 +91,25 @@ def test_ssh_sessions_use_the_hosts_own_root_startup_files(lab):
             assert got[name] == "ABSENT\n"  # nothing is created on this machine
 
 
+def test_an_ssh_endpoint_stays_within_sshds_default_session_limit(lab):
+    """The emulated hosts run sshd with its defaults (MaxSessions 10 channels per connection), as a lab
+    node does; docker-py keeps a pool, hence an open channel, per request URL: many distinct URLs over
+    one connection must not run out of sessions (docker-py#2246)."""
+    from k3lab.launchers.endpoints import SshOptions, docker_client
+
+    inv = yaml.safe_load(lab["inventory"].read_text())
+    assert not [h for h in lab["hosts"] if "MaxSessions" in (h.root / "etc/ssh/k3emu_sshd_config").read_text()]
+    node = next(n for n in inv["nodes"] if n["endpoint"].startswith("ssh://"))
+    client = docker_client(node["endpoint"], SshOptions(inv["lab"]["known_hosts"], inv["lab"]["identity_file"]))
+    try:
+        for i in range(30):  # 30 URLs, 30 pools were there no bound
+            with pytest.raises(docker.errors.NotFound):
+                client.api.inspect_container(f"k3lab-absent-{i}")
+        assert client.ping()
+    finally:
+        client.close()
+
+
 def test_lab_preflight_names_the_host_of_each_fault(lab, tmp_path, runs_dir):
     """A foreign container with the guide's name and a taken API port on node0, an unknown host key on
     node1, a missing mount source on node2, the image absent (--pull never) on node3: one finding each,
