@@ -842,6 +842,17 @@ def _stage_findings(f: Fault, scenario: str, inv: Path) -> set[str]:
     return host_findings(scenario, inv)
 
 
+def _healthy_lab(faults: list[Fault], scenario: str, inv: Path) -> set[str]:
+    """The healthy emulated lab's findings in every stage the rows judge: the host stage, and the
+    hardware stage and the lab preflight where a row expects theirs."""
+    healthy = host_findings(scenario, inv)
+    if any(f.hardware for f in faults):
+        healthy |= set(hardware_findings(scenario, inv))
+    if any(f.lab_preflight for f in faults):
+        healthy |= lab_findings(scenario, inv)
+    return healthy
+
+
 def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
     """The host faults among ``faults`` on the emulated lab (root): one ``labemu up`` per scenario, a healthy baseline, each fault
     broken on its host and repaired after its row; the lab always comes down."""
@@ -860,12 +871,8 @@ def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
         try:
             labemu.up(None, scenario, inv)
             mine = [f for f in faults if f.scenario == scenario]
-            healthy = host_findings(scenario, inv)
-            if any(f.hardware for f in mine):  # the hardware stage's baseline too
-                healthy |= set(hardware_findings(scenario, inv))
-            if any(f.lab_preflight for f in mine):  # and the lab preflight's
-                healthy |= lab_findings(scenario, inv)
-            add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")), healthy))
+            add(_row(Fault(f"BASELINE-lab-{scenario}", "healthy emulated hosts", scenario, S(), host=("", "")),
+                     _healthy_lab(mine, scenario, inv)))
             for f in mine:
                 assert f.host is not None
                 labemu.break_host(f.host[0], f.host[1], model_dir)
