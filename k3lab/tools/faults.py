@@ -783,11 +783,10 @@ def _run_lab(faults: list[Fault], add: Callable[[dict], None]) -> None:
         add({**_row(f, observed), **detail})
 
 
-def host_findings(scenario: str, inventory: Path) -> set[str]:
-    """The host stage alone against a lab inventory: ``CHECK[node]`` per finding."""
+def _stage_findings_alone(scenario: str, inventory: Path, stage: Callable) -> set[str]:
+    """One stage, ``stage(plan, pool, run_id)``, alone against a lab inventory: ``CHECK[node]`` per finding."""
     import uuid
 
-    from k3lab.launchers import hoststage
     from k3lab.launchers.endpoints import ClientPool, SshOptions
     from k3lab.model.select import load_inventory
 
@@ -795,28 +794,24 @@ def host_findings(scenario: str, inventory: Path) -> set[str]:
     plan = render.build(scenario, inv, {}, "lab", inventory_name=name).plan
     pool = ClientPool(SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
     try:
-        found = hoststage.run(plan, pool, f"faults-{uuid.uuid4().hex[:6]}")
+        found = stage(plan, pool, f"faults-{uuid.uuid4().hex[:6]}")
     finally:
         pool.close()
     return {f"{f.check}[{','.join(f.nodes)}]" for f in found}
+
+
+def host_findings(scenario: str, inventory: Path) -> set[str]:
+    """The host stage alone against a lab inventory."""
+    from k3lab.launchers import hoststage
+
+    return _stage_findings_alone(scenario, inventory, hoststage.run)
 
 
 def lab_findings(scenario: str, inventory: Path) -> set[str]:
-    """The lab preflight alone against a lab inventory: ``CHECK[node]`` per finding."""
-    import uuid
-
+    """The lab preflight alone against a lab inventory."""
     from k3lab.launchers import labpreflight
-    from k3lab.launchers.endpoints import ClientPool, SshOptions
-    from k3lab.model.select import load_inventory
 
-    inv, name = load_inventory(scenario, str(inventory))
-    plan = render.build(scenario, inv, {}, "lab", inventory_name=name).plan
-    pool = ClientPool(SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
-    try:
-        found = labpreflight.run(plan, pool, f"faults-{uuid.uuid4().hex[:6]}")
-    finally:
-        pool.close()
-    return {f"{f.check}[{','.join(f.nodes)}]" for f in found}
+    return _stage_findings_alone(scenario, inventory, labpreflight.run)
 
 
 def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
