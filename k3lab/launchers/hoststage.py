@@ -39,6 +39,7 @@ from k3lab.errors import ChecksFailed
 from k3lab.launchers.endpoints import ClientPool, SshOptions, batch_script, describe, docker_exec, split_batch
 from k3lab.model.plan import NodePlan, Plan
 from k3lab.preflight import hostchecks as hc
+from k3lab.preflight.labchecks import BY_ID
 
 LABEL = "k3lab.run"
 DEADLINE_S = float(os.environ.get("K3LAB_HOST_STAGE_DEADLINE", "60"))
@@ -266,8 +267,7 @@ def collect(plan: Plan, pool: ClientPool, run_id: str, deadline: float = DEADLIN
             return _node_facts(plan, node, pool, run_id)
         except Exception as exc:  # unreachable, refused host key, helper refused: named, the rest proceed
             if noise := shell_noise(node.endpoint, pool.ssh):
-                why = (f"{noisy_shell(noise, exc)}; make ~/.bashrc and /etc/bash.bashrc print nothing unless "
-                       f"interactive (LPF-SSH-SHELL)")
+                why = f"{noisy_shell(noise, exc)}; LPF-SSH-SHELL: {BY_ID['LPF-SSH-SHELL'].remedy}"
             else:
                 why = f"{type(exc).__name__}: {exc}"
             return hc.HostFacts(node.name, describe(node.endpoint), error=why)

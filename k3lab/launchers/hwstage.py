@@ -72,11 +72,10 @@ def _plan(run_dir: Path):
         return None
 
 
-def _hosts(run_dir: Path) -> dict[str, str]:
+def _hosts(plan) -> dict[str, str]:
     """node -> its host, from the run's plan (a suite message may name nodes only, e.g. a device pair)."""
     from k3lab.launchers.endpoints import describe
 
-    plan = _plan(run_dir)
     return {n.name: describe(n.endpoint) for n in plan.nodes} if plan else {}
 
 
@@ -108,6 +107,6 @@ def gate(run_dir: Path, timings: dict[str, float]) -> None:
         tail = (res.stdout + res.stderr).strip()[-800:]
         raise HardwareStageFailed(f"hardware stage: the checks did not run (pytest exit {res.returncode}); "
                                   f"nothing was launched:\n{tail}", [])
-    where = _hosts(run_dir)
+    where = _hosts(plan)
     lines = "\n".join(f"  {name}: {msg}{_named(msg, where)}" for name, msg in found)
     raise HardwareStageFailed(f"hardware stage failed ({len(found)} check(s)); nothing was launched:\n{lines}", found)

@@ -829,7 +829,8 @@ def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
 
 
 def _stage_findings(f: Fault, scenario: str, inv: Path) -> set[str]:
-    """A host fault's row: the host stage's findings, or the hardware stage's where the row expects test ids."""
+    """A host fault's row: the host stage's findings, or the hardware stage's where the row expects test
+    ids, or the lab preflight's where it expects LPF-* findings."""
     if f.hardware:
         return _caught(f, hardware_findings(scenario, inv))
     if f.lab_preflight:
