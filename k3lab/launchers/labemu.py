@@ -105,6 +105,13 @@ class Host:
     def engine_alive(self) -> bool:
         return _pid_alive(self.docker_pid)
 
+    def alive(self) -> bool:
+        """Any process of this host still runs (its engine, its sshd, anything in its namespace).
+        What a reboot or a killed run leaves (state files, data dirs) is not alive."""
+        if _pid_alive(self.docker_pid) or _pid_alive(self.sshd_pid):
+            return True
+        return bool(_sh("ip", "netns", "pids", self.ns, check=False).stdout.split())
+
 
 def _pid_alive(pidfile: Path) -> bool:
     try:
@@ -401,7 +408,7 @@ def _hosts_on_machine() -> list[Host]:
     for ns in _sh("ip", "netns", "list", check=False).stdout.split():
         if ns.startswith(NS_PREFIX + "h") and ns[len(NS_PREFIX) + 1:].isdigit():
             idx.add(int(ns[len(NS_PREFIX) + 1:]))
-    for base, pattern in ((RUN, "h*-docker.pid"), (STATE / "hosts", "h*")):
+    for base, pattern in ((RUN, "h*-*"), (STATE / "hosts", "h*")):
         if base.exists():
             for p in base.glob(pattern):
                 digits = p.name[1:].split("-")[0]
@@ -434,6 +441,21 @@ def endpoint_kinds(n: int, mode: str) -> list[str]:
     return ["tcp" if n > 1 and (i % 4 == 3 or (n < 4 and i == n - 1)) else "ssh" for i in range(n)]
 
 
+def _clear_beyond(n: int) -> None:
+    """Emulated hosts numbered n or more: refused while any of their processes runs (another lab is
+    up); removed when only their files are left (a reboot, a killed run), which would otherwise block
+    every later 'up' with fewer hosts."""
+    stale = [h for h in _hosts_on_machine() if h.index >= n]
+    live = [h for h in stale if h.alive()]
+    if live:
+        raise LabEmuError(f"emulated hosts {', '.join(h.name for h in live)} run beyond "
+                          f"--nodes {n}; 'k3lab labemu down' first")
+    if stale:
+        for h in stale:
+            _remove_host(h)
+        _log(f"removed what was left of emulated host(s) {', '.join(h.name for h in stale)} (no process runs)")
+
+
 def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path:
     from k3lab.model import catalog
 
@@ -445,10 +467,7 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
     if n > 200:
         raise LabEmuError("at most 200 emulated hosts")
     hosts = [Host(i) for i in range(n)]
-    stale = [h for h in _hosts_on_machine() if h.index >= n]
-    if stale:
-        raise LabEmuError(f"emulated hosts {', '.join(h.name for h in stale)} exist beyond --nodes {n}; "
-                          "'k3lab labemu down' first")
+    _clear_beyond(n)
     kinds = endpoint_kinds(n, mode)
     t0 = time.monotonic()
     key = _client_key()
@@ -524,6 +543,24 @@ def _remove_containers(h: Host) -> None:
         pass
 
 
+def _remove_host(h: Host) -> None:
+    """The host's namespace, link, runtime files and filesystem; its engine and sshd are stopped first."""
+    # anything left in the namespace (a shim, a container process) goes with it
+    for pid in _sh("ip", "netns", "pids", h.ns, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    _sh("ip", "netns", "del", h.ns, check=False)
+    _sh("ip", "link", "del", h.veth, check=False)
+    for p in (h.sock, h.docker_pid, h.sshd_pid):
+        p.unlink(missing_ok=True)
+    shutil.rmtree(h.exec_root, ignore_errors=True)
+    shutil.rmtree(h.root, ignore_errors=True)
+    if h.root.exists():
+        _sh("rm", "-rf", "--one-file-system", str(h.root), check=False)
+
+
 def down() -> int:
     hosts = _hosts_on_machine()
     from concurrent.futures import ThreadPoolExecutor
@@ -532,21 +569,7 @@ def down() -> int:
         list(pool.map(_remove_containers, hosts))
         list(pool.map(_kill, [pid for h in hosts for pid in (h.docker_pid, h.sshd_pid)]))
     for h in hosts:
-        # anything left in the namespace (a shim, a container process) goes with it
-        pids = _sh("ip", "netns", "pids", h.ns, check=False).stdout.split()
-        for pid in pids:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        _sh("ip", "netns", "del", h.ns, check=False)
-        _sh("ip", "link", "del", h.veth, check=False)
-        for p in (h.sock, h.docker_pid, h.sshd_pid):
-            p.unlink(missing_ok=True)
-        shutil.rmtree(h.exec_root, ignore_errors=True)
-        shutil.rmtree(h.root, ignore_errors=True)
-        if h.root.exists():
-            _sh("rm", "-rf", "--one-file-system", str(h.root), check=False)
+        _remove_host(h)
     _sh("ip", "link", "del", BRIDGE, check=False)
     if Path(ASCEND_DIR, ".k3lab-labemu").exists():
         shutil.rmtree(ASCEND_DIR, ignore_errors=True)

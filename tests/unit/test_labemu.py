@@ -61,3 +61,51 @@ def test_hardware_lab_without_privileged_still_fails_preflight():
     for n in real.plan.nodes:
         n.container.privileged = False
     assert any(f.check == "PF-CONTAINER" for f in preflight.errors(preflight.run(real.plan, real.files)))
+
+
+def _machine(tmp_path, monkeypatch, ns_pids: dict[str, str]):
+    """STATE and RUN in tmp_path; `ip` answers from ns_pids (namespace -> its pids) and records the rest."""
+    import subprocess
+
+    monkeypatch.setattr(labemu, "STATE", tmp_path / "state")
+    monkeypatch.setattr(labemu, "RUN", tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    calls = []
+
+    def sh(*argv, check=True, input=None):
+        calls.append(argv)
+        out = ""
+        if argv[:3] == ("ip", "netns", "list"):
+            out = "\n".join(ns_pids)
+        elif argv[:3] == ("ip", "netns", "pids"):
+            out = ns_pids.get(argv[3], "")
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(labemu, "_sh", sh)
+    return calls
+
+
+def test_what_a_reboot_left_beyond_the_wanted_hosts_is_removed(tmp_path, monkeypatch):
+    # After a reboot /run is empty but the hosts' data dirs remain: a later, smaller lab must come up.
+    calls = _machine(tmp_path, monkeypatch, {})
+    for i in (4, 5):
+        (labemu.Host(i).root / "etc").mkdir(parents=True)
+    labemu.Host(6).docker_pid.write_text("999999999")  # no such process
+    labemu._clear_beyond(4)
+    assert not list((tmp_path / "state" / "hosts").iterdir())
+    assert not labemu.Host(6).docker_pid.exists()
+    assert ("ip", "netns", "del", labemu.Host(5).ns) in calls
+
+
+def test_hosts_beyond_the_wanted_ones_that_still_run_are_refused(tmp_path, monkeypatch):
+    import os
+
+    import pytest
+
+    _machine(tmp_path, monkeypatch, {labemu.Host(7).ns: "4242"})
+    (labemu.Host(5).root).mkdir(parents=True)
+    labemu.Host(6).sshd_pid.write_text(str(os.getpid()))
+    with pytest.raises(labemu.LabEmuError, match=r"emulated hosts h6, h7 run beyond --nodes 4; "
+                                                 r"'k3lab labemu down' first"):
+        labemu._clear_beyond(4)
+    assert labemu.Host(5).root.exists()  # nothing removed while another lab runs
