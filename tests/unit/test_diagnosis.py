@@ -225,11 +225,11 @@ def test_fault_rows_state_catalogued_diagnoses_and_fail_without_them(tmp_path):
     for fid, want in stated.items():
         assert faults.CATALOG[fid].kind == "live" and want.split("@")[0] in CAT.ids, fid
     f = faults.CATALOG["L-LONG-OOM-OFF"]
-    (tmp_path / "evidence" / "d3").mkdir(parents=True)
+    (tmp_path / "evidence" / "d0").mkdir(parents=True)
     (tmp_path / "run-state.json").write_text("{}")
     assert faults.diagnosed(f, tmp_path) == {"diagnosis:(none)"}
-    shutil.copy(LOGS / "npu-oom" / "1.log", tmp_path / "evidence" / "d3" / "engine.log")
+    shutil.copy(LOGS / "npu-oom" / "1.log", tmp_path / "evidence" / "d0" / "engine.log")
     seen = set(f.expect) | faults.diagnosed(f, tmp_path)
-    assert seen == set(f.expect) | {"diagnosis:npu-oom@d3"}
+    assert seen == set(f.expect) | {"diagnosis:npu-oom@d0"}
     assert faults._row(f, seen)["verdict"] == "ok"
     assert faults._row(f, set(f.expect) | {"diagnosis:(none)"})["verdict"] == "MISMATCH"
