@@ -330,6 +330,7 @@ def _start(h: Host, tcp: bool) -> None:
         f"mount --bind {h.usr_local / 'Ascend'} {ASCEND_DIR}",
         f"/usr/sbin/sshd -f /etc/ssh/k3emu_sshd_config -E {h.root / 'sshd.log'}",
         # the host's tool service (module docstring); the hccn_tool lock is the host's own, not this machine's /tmp
+        f"K3SIM_HCCS_PING_S={q(os.environ.get('K3SIM_HCCS_PING_S', '0'))} "
         f"K3SIM_HCCN_LOCK={q(str(h.root / 'hccn_tool.lock'))} PYTHONPATH={q(':'.join(image.host_pythonpath()))} "
         f"{q(sys.executable)} -m k3sim.toolservice /etc/k3lab-sim/tool-service >>{q(str(h.root / 'tool-service.log'))} 2>&1 &",
         f"exec dockerd {' '.join(listen)} --data-root {data_root} --exec-root {h.exec_root} "

@@ -227,6 +227,9 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
 # `k3lab cycle` starts, the stand-ins' model load a realistic 1800 s; the run must stop with exit 1
 # naming the host and the cause, within 60 s, and leave no container behind.
 FAIL_FAST_LOAD_S = 1800
+# the real -hccs_ping's floor (hccn_tool sleeps 1 s before polling its result): with it the emulated
+# hosts' pings take as long as a real lab's, so a stage that pings too much shows in these numbers
+FAIL_FAST_HCCS_PING_S = 1.0
 FAIL_FAST = [("link-down", "d2", "test_hccn_links_up[d2]"), ("npu-alarm", "p2", "test_npu_smi_devices_healthy[p2]"),
              ("no-config", "p1", "HST-CHECKPOINT"), ("other-checkpoint", "d0", "HST-CHECKPOINT-SAME"),
              ("old-driver", "p3", "HST-DRIVER"), ("pair-unreachable", "p3", "test_cross_node_reachability")]
@@ -257,12 +260,20 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
 
     from k3lab.launchers import labemu
 
-    result: dict = {"load_s": FAIL_FAST_LOAD_S, "target_s": 60}
+    result: dict = {"load_s": FAIL_FAST_LOAD_S, "hccs_ping_s": FAIL_FAST_HCCS_PING_S, "target_s": 60}
     model_dir = Path(__import__("k3lab.tools.faults", fromlist=["rendered"]).rendered(scenario).plan.expect.model_path).name
     with tempfile.TemporaryDirectory() as tmp:
         inv = Path(tmp) / "lab.yaml"
         try:
-            labemu.up(None, scenario, inv)
+            saved = os.environ.get("K3SIM_HCCS_PING_S")
+            os.environ["K3SIM_HCCS_PING_S"] = str(FAIL_FAST_HCCS_PING_S)  # the hosts' tool services read it
+            try:
+                labemu.up(None, scenario, inv)
+            finally:
+                if saved is None:
+                    del os.environ["K3SIM_HCCS_PING_S"]
+                else:
+                    os.environ["K3SIM_HCCS_PING_S"] = saved
             hosts = {n["name"]: n["local_ip"] for n in yaml.safe_load(inv.read_text())["nodes"]}
             for fault, node, cause in FAIL_FAST:
                 labemu.break_host(node, fault, model_dir)

@@ -185,3 +185,29 @@ def test_hccs_ping_outside_the_vnic_scheme_reaches_no_die(tmp_path, target):
     """A carrier, a wrong die/device pairing or an impossible device is no vNIC: every packet is lost."""
     done = hccn(tmp_path, "-i", "1", "-hccs_ping", "-g", "address", target, "cnt", "1")
     assert done.returncode != 0 and "1 packets transmitted, 0 received, 100.00% packets loss" in done.stdout
+
+
+def test_hccs_ping_waits_for_its_result_like_the_real_tool_when_asked(tmp_path):
+    """K3SIM_HCCS_PING_S: the real tool's one-second sleep before each poll of the result."""
+    import time
+
+    write_node(tmp_path, platform="A3", devices=DEVICES, server_index=1, hccs_net=HCCS_NET, faults={})
+    t = time.monotonic()
+    done = run([HCCN_TOOL, "-i", "1", "-hccs_ping", "-g", "address", VNIC0, "cnt", "1"],
+               {**base_env(tmp_path), "K3SIM_HCCS_PING_S": "0.4"})
+    assert done.returncode == 0 and "0.00% packets loss" in done.stdout
+    assert time.monotonic() - t >= 0.4
+
+
+@pytest.mark.parametrize("wait, seconds", [("1", 1.0), ("0", 0.0), ("nan", 0.0), ("inf", 0.0), ("-1", 0.0),
+                                           ("11", 0.0), ("soon", 0.0)])
+def test_only_a_wait_of_0_to_10_seconds_counts(monkeypatch, wait, seconds):
+    import sys
+
+    from tests.sim._standin import SIM_PATH
+
+    monkeypatch.syspath_prepend(SIM_PATH[0])
+    monkeypatch.setenv("K3SIM_HCCS_PING_S", wait)
+    from k3sim import hccn_tool
+
+    assert hccn_tool.hccs_result_wait_s() == seconds and "k3sim.hccn_tool" in sys.modules

@@ -25,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import time
 
 from k3sim import hw, run_tool
 
@@ -243,10 +244,22 @@ def ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str], int
     return lines, 0 if received == count else EXIT_FAIL
 
 
+def hccs_result_wait_s() -> float:
+    """The real tool sleeps 1 s before each poll of an -hccs_ping's result (dsmi_get_hccs_ping_result
+    in the hccn_tool source), so every call lasts a second or more. The stand-in answers at once unless
+    K3SIM_HCCS_PING_S asks for that floor (the fail-fast bench does; 0..10 s, anything else is 0)."""
+    try:
+        wait = float(os.environ.get("K3SIM_HCCS_PING_S", "0"))
+    except ValueError:
+        return 0.0
+    return wait if 0 <= wait <= 10 else 0.0  # also rejects nan and inf
+
+
 def hccs_ping(node: hw.Node, device_id: int, rest: list[str]) -> tuple[list[str], int]:
     if node.platform != "A3":
         return [UNSUPPORTED], EXIT_FAIL
     target, count = ping_options(rest)
+    time.sleep(hccs_result_wait_s())
     _, fault = state(node, device_id)
     if still_busy(node, device_id, fault):
         return [HCCS_BUSY], EXIT_FAIL
