@@ -61,6 +61,22 @@ def pytest_generate_tests(metafunc):
                                         for e in engines])
 
 
+REACHABILITY = "test_cross_node_reachability"
+
+
+def pytest_collection_modifyitems(config, items):
+    """In the hardware stage the cross-node pings go last: a node's pings run one after another and a
+    real -hccs_ping lasts a second or more (minutes per round on 8 nodes), so the cheap checks speak first."""
+    if config.getoption("--hardware-stage"):
+        items.sort(key=lambda item: getattr(item, "originalname", item.name) == REACHABILITY)
+
+
+@pytest.fixture
+def hardware_stage(request) -> int | None:
+    """None in the suite; in the hardware stage, how many checks have failed so far (the stage stops at them)."""
+    return request.session.testsfailed if request.config.getoption("--hardware-stage") else None
+
+
 @pytest.fixture(scope="session")
 def run_dir(pytestconfig) -> Path:
     return _run_dir(pytestconfig)

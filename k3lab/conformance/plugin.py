@@ -62,6 +62,10 @@ def declared(*owners: Any) -> dict[str, str]:
 def pytest_addoption(parser):
     parser.getgroup("k3lab").addoption("--run-dir", default=None,
                                        help="run directory of a deployment that is up (conformance)")
+    parser.getgroup("k3lab").addoption(
+        "--hardware-stage", action="store_true", default=False,
+        help="run as the lab's hardware stage, a gate before any engine starts: stop at the first failures "
+             "(the cross-node pings, minutes on hardware, run last and only while every other check passed)")
     group = parser.getgroup("k3lab-bench", "k3lab performance and accuracy")
     group.addoption("--perf", action="store_true", default=False, help="run conformance/perf.py (vllm bench serve)")
     group.addoption("--accuracy", action="store_true", default=False, help="run conformance/accuracy.py (AISBench)")

@@ -7,6 +7,9 @@ checks are the suite's own (``conformance/test_npu.py``: the guides' §3.2 proce
 the one suite runner against the run directory, so the gate and the suite never disagree; the
 suite keeps them too, since a deployment can break after start. On failure nothing is launched:
 the caller tears down, and the message names each failing check with its node, host and device.
+The stage stops at its first verdict (``--hardware-stage``): the cross-node pings, a second or more
+each on hardware, run last and not at all once another check failed, and round 2 not once round 1
+failed; what it held back is named.
 """
 from __future__ import annotations
 
@@ -63,6 +66,17 @@ def failures(junit: Path) -> list[tuple[str, str]]:
     return out
 
 
+def held_back(junit: Path) -> list[str]:
+    """'test id: reason' per check the stage skipped because others had failed (the cross-node pings)."""
+    out = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        for skip in case.findall("skipped"):
+            reason = (skip.get("message") or "").strip()
+            if "hardware stage: " in reason:
+                out.append(f"{case.get('name', '?')}: {reason[reason.index('hardware stage: '):][:300]}")
+    return out
+
+
 def _plan(run_dir: Path):
     from k3lab.model.plan import Plan
 
@@ -108,5 +122,6 @@ def gate(run_dir: Path, timings: dict[str, float]) -> None:
         raise HardwareStageFailed(f"hardware stage: the checks did not run (pytest exit {res.returncode}); "
                                   f"nothing was launched:\n{tail}", [])
     where = _hosts(plan)
-    lines = "\n".join(f"  {name}: {msg}{_named(msg, where)}" for name, msg in found)
+    lines = "\n".join([f"  {name}: {msg}{_named(msg, where)}" for name, msg in found] +
+                      [f"  ({note})" for note in held_back(junit)])
     raise HardwareStageFailed(f"hardware stage failed ({len(found)} check(s)); nothing was launched:\n{lines}", found)

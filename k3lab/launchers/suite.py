@@ -34,4 +34,4 @@ HARDWARE = "test_npu.py"
 def hardware_command(run_dir: Path | str, junit: Path | str) -> list[str]:
     """argv of the hardware stage: the suite's NPU/HCCN file only, nodes in parallel inside the checks."""
     return [sys.executable, "-m", "pytest", str(paths.CONFORMANCE / HARDWARE), f"--run-dir={run_dir}", *PLUGINS_OFF,
-            "-q", "-n", "0", f"--junitxml={junit}"]
+            "-q", "-n", "0", "--hardware-stage", f"--junitxml={junit}"]

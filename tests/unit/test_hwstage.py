@@ -53,3 +53,23 @@ def test_passing_checks_let_the_run_proceed(tmp_path, monkeypatch):
 def test_the_stage_runs_the_suites_own_file():
     argv = suite.hardware_command("/runs/r", "/runs/r/j.xml")
     assert argv[3].endswith("conformance/test_npu.py") and "--run-dir=/runs/r" in argv
+
+
+def test_what_the_stage_held_back_is_named_beside_the_failures(tmp_path, monkeypatch):
+    skipped = ('<testcase classname="test_npu" name="test_cross_node_reachability" time="0.0"><skipped '
+               'type="pytest.skip" message="hardware stage: not run, 1 check(s) failed already and stop the run '
+               '(the pings take minutes on hardware); the suite runs them">x</skipped></testcase>\n'
+               '<testcase classname="test_npu" name="test_spod_info[p1]" time="0.0"><skipped '
+               'message="spod-info exists on A3 only">x</skipped></testcase>\n')
+    monkeypatch.setattr(hwstage.subprocess, "run", _fake_run(JUNIT.replace("</testsuite>", skipped + "</testsuite>"), 1))
+    with pytest.raises(hwstage.HardwareStageFailed) as err:
+        hwstage.gate(tmp_path, {})
+    lines = str(err.value).splitlines()
+    assert lines[-1] == ("  (test_cross_node_reachability: hardware stage: not run, 1 check(s) failed already and "
+                         "stop the run (the pings take minutes on hardware); the suite runs them)")
+    assert "spod-info exists" not in str(err.value) and err.value.failures == [
+        ("test_hccn_links_up[d3]", lines[1].split(": ", 1)[1])]
+
+
+def test_the_stage_is_a_gate_that_stops_at_its_first_verdict():
+    assert "--hardware-stage" in suite.hardware_command("/runs/r", "/runs/r/j.xml")

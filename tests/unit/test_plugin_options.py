@@ -15,6 +15,7 @@ pytest_plugins = ["pytester"]
 # option -> the value given (None: a flag); every option the plugin adds
 OPTIONS = {
     "--perf": None, "--accuracy": None, "--long-requests": None, "--aisbench-perf": None, "--kvv": None,
+    "--hardware-stage": None,
     "--long-request-tokens": "1000", "--long-request-output": "4", "--long-request-concurrency": "2",
     "--aisbench-tools": "/opt/ais", "--aisbench-perf-baseline": "/b/ais.json", "--kvv-toolkit": "/opt/kvv",
     "--kvv-python": "/opt/kvv/bin/python", "--kvv-baseline": "/b/kvv.json", "--bench-down-grace": "7.5",

@@ -98,6 +98,7 @@ NOT_NOT_APPLICABLE = {
     "no dev mode and the MetaService serves no capacity metrics": "pool reuse unproven (MemCache 1.0.x): INCOMPLETE",
     "no dev mode, and the pool cannot hold the fill": "pool reuse unproven (pool too small): INCOMPLETE",
     "no fixtures/baselines/": "perf area, opt-in: warns",
+    "hardware stage: not run": "only in the hardware stage, once another check failed: the stage fails anyway",
 }
 
 

@@ -15,7 +15,12 @@ from k3lab.model import catalog
 from k3lab.tools import faults
 from tests import suite
 
-reachability = suite.load("test_npu").test_cross_node_reachability
+_check = suite.load("test_npu").test_cross_node_reachability
+
+
+def reachability(plan, hosts, tools, run_dir, hardware_stage=None):
+    """The check as the suite runs it (hardware_stage None), or as the stage does (failures so far)."""
+    return _check(plan, hosts, tools, run_dir, hardware_stage)
 
 
 class _Host:
@@ -168,3 +173,32 @@ def test_the_stage_and_ping_budgets_cover_real_ping_times_on_every_scenario(sid)
     assert hwstage.ping_budget_s(max(counts)) >= 2 * HCCS_PING_MIN_S * max(counts)
     assert hwstage.ping_budget_s(rest) >= 2 * HCCS_PING_MIN_S * rest
     assert hwstage.bound_s(counts) > hwstage.BATCH_TIMEOUT_S + hwstage.ping_budget_s(max(counts)) + hwstage.ping_budget_s(rest)
+
+
+def test_the_stage_skips_the_pings_once_another_check_has_failed():
+    plan, hosts, tools = _lab([0, 0])
+    with pytest.raises(pytest.skip.Exception, match=r"hardware stage: not run, 2 check\(s\) failed already"):
+        reachability(plan, hosts, tools, Path("/runs/r1"), hardware_stage=2)
+    assert sum(h.execs for h in hosts.values()) == 0
+
+
+def test_the_stage_stops_after_a_failed_round_1_and_the_suite_does_not():
+    every = [_vnic(1, e) for e in range(16)]  # n0 reaches no device of n1: round 1 fails in any rotation
+    pinged = {}
+    for stage in (0, None):
+        plan, hosts, tools = _recording_lab(4, down_from={"n0": every})
+        with pytest.raises(AssertionError, match=r"unreachable device pairs: n0 device \d+ -> n1 device") as exc:
+            reachability(plan, hosts, tools, Path("/runs/r1"), hardware_stage=stage)
+        pinged[stage] = len(hosts["n0"].pinged)
+        assert ("round 2 not run (hardware stage)" in str(exc.value)) == (stage == 0)
+    assert pinged[0] == 16 < pinged[None]  # the stage: round 1 only (every device sends once)
+
+
+def test_the_stage_puts_the_pings_last():
+    conftest = suite.load("conftest")
+    items = [SimpleNamespace(originalname=n, name=n) for n in
+             ("test_npu_health", conftest.REACHABILITY, "test_links", "test_spod_info")]
+    for stage, last in ((True, conftest.REACHABILITY), (False, "test_spod_info")):
+        got = list(items)
+        conftest.pytest_collection_modifyitems(SimpleNamespace(getoption=lambda _o, s=stage: s), got)
+        assert got[-1].name == last and len(got) == 4
