@@ -256,6 +256,8 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
 
     if os.geteuid() != 0 or not shutil.which("nsenter"):
         return {"skipped": "needs root and nsenter (k3lab labemu)"}
+    from unittest import mock
+
     import yaml
 
     from k3lab.launchers import labemu
@@ -265,15 +267,9 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         inv = Path(tmp) / "lab.yaml"
         try:
-            saved = os.environ.get("K3SIM_HCCS_PING_S")
-            os.environ["K3SIM_HCCS_PING_S"] = str(FAIL_FAST_HCCS_PING_S)  # the hosts' tool services read it
-            try:
+            # the hosts' tool services take it from labemu up's environment; restored after
+            with mock.patch.dict(os.environ, {"K3SIM_HCCS_PING_S": str(FAIL_FAST_HCCS_PING_S)}):
                 labemu.up(None, scenario, inv)
-            finally:
-                if saved is None:
-                    del os.environ["K3SIM_HCCS_PING_S"]
-                else:
-                    os.environ["K3SIM_HCCS_PING_S"] = saved
             hosts = {n["name"]: n["local_ip"] for n in yaml.safe_load(inv.read_text())["nodes"]}
             for fault, node, cause in FAIL_FAST:
                 labemu.break_host(node, fault, model_dir)
