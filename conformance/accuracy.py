@@ -19,6 +19,7 @@ import pytest
 from k3lab.conformance import benchparse
 from k3lab.conformance.benchrun import api_key_env, require_service_up, runner_for, watched
 from k3lab.conformance.evidence import check
+from k3lab.conformance.plugin import skip
 from k3lab.model.apikey import redact
 
 pytestmark = [pytest.mark.accuracy,
@@ -37,13 +38,16 @@ def _tasks(config) -> dict[str, str]:
     return {**benchparse.AISBENCH_TASKS, **extra}
 
 
+@pytest.mark.conformance(
+    id="accuracy.test_accuracy_matches_guide",
+    remedy="check the deployment against the guide (model revision, parsers, max-model-len); re-run with the guide's AISBench task and --acc-tolerance.")
 @pytest.mark.parametrize("dataset", sorted(benchparse.AISBENCH_TASKS))
 def test_accuracy_matches_guide(dataset, plan, state, run_dir, pytestconfig, record_property, http):
     figure = benchparse.guide_accuracy(plan.expect.served_name, plan.platform, dataset)
     if figure is None:
-        pytest.skip(f"the guides give no {dataset} figure for {plan.expect.served_name} on {plan.platform}")
+        skip("no-guide-figure", f"the guides give no {dataset} figure for {plan.expect.served_name} on {plan.platform}")
     if dataset == "mmmu_pro" and plan.expect.language_model_only:
-        pytest.skip("multimodal dataset on a language-model-only deployment")
+        skip("language-model-only", "multimodal dataset on a language-model-only deployment")
     task = _tasks(pytestconfig)[dataset]
     runner = runner_for(pytestconfig, plan, state, run_dir)
     check(runner.which("ais_bench"), "ais_bench on the load-generator host", "ais_bench on PATH", "not found",

@@ -39,6 +39,7 @@ from k3lab.conformance import aisperfparse as ap
 from k3lab.conformance import benchparse
 from k3lab.conformance.benchrun import Runner, api_key_env, require_service_up, runner_for, watched
 from k3lab.conformance.evidence import check, fail
+from k3lab.conformance.plugin import skip
 from k3lab.model import apikey
 from k3lab.model.apikey import redact
 
@@ -187,6 +188,9 @@ def _results(runner: Runner, where: str, workdir: str, out: str, evidence: Path,
              "report the format to the k3lab maintainers", kind="kit")
 
 
+@pytest.mark.conformance(
+    id="aisbench-perf.test_aisbench_perf_requests_succeed",
+    remedy="read the failing requests in evidence/ and the engines' logs; the workload must complete before its numbers count.")
 def test_aisbench_perf_requests_succeed(aisperf, plan, run_dir, record_property):
     w, run = aisperf
     label = ap.not_comparable(plan.target)
@@ -208,14 +212,17 @@ def test_aisbench_perf_requests_succeed(aisperf, plan, run_dir, record_property)
           f"read evidence/bench/aisbench-perf-{w.name}-stdout.log and the engine logs around the run")
 
 
+@pytest.mark.conformance(
+    id="aisbench-perf.test_aisbench_perf_within_baseline",
+    remedy="compare the run with the baseline's deployment (versions, topology); record a new baseline only for an accepted change (k3lab baseline record).")
 def test_aisbench_perf_within_baseline(aisperf, baselines, plan, pytestconfig):
     w, run = aisperf
     label = ap.not_comparable(plan.target)
     if label:
-        pytest.skip(f"no fixtures/baselines/ gate for this run: {label}")
+        skip("no-baseline", f"no fixtures/baselines/ gate for this run: {label}")
     baseline = baselines.get(w.name)
     if baseline is None:
-        pytest.skip(f"no fixtures/baselines/{plan.scenario}-aisbench.json entry for {w.name}; "
+        skip("no-baseline", f"no fixtures/baselines/{plan.scenario}-aisbench.json entry for {w.name}; "
                     f"make one from evidence/bench/aisbench-perf-{w.name}.json")
     mismatch = ap.workload_mismatch(baseline.workload, w)
     check(not mismatch, f"{w.name}: baseline workload", w.describe(), "; ".join(mismatch),

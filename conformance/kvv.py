@@ -36,6 +36,7 @@ from k3lab.conformance.benchrun import (
     watched,
 )
 from k3lab.conformance.evidence import check, fail
+from k3lab.conformance.plugin import skip
 from k3lab.model.apikey import redact
 
 pytestmark = [pytest.mark.kvv,
@@ -114,6 +115,9 @@ def verified(toolkit, plan) -> kvvparse.Verification:
     return result
 
 
+@pytest.mark.conformance(
+    id="kvv-accuracy.test_service_passes_the_toolkit_parameter_checks",
+    remedy="serve with the parameters the K3 evaluation toolkit verifies (the guide's §7 settings).")
 def test_service_passes_the_toolkit_parameter_checks(verified, record_property):
     record_property("kvv.verify_params", verified.describe())
 
@@ -137,14 +141,17 @@ def _read_log(toolkit: Toolkit, log_dir: str, name: str) -> kvvparse.InspectRun:
     return run
 
 
+@pytest.mark.conformance(
+    id="kvv-accuracy.test_toolkit_benchmark_completes",
+    remedy="read the toolkit's errored samples in evidence/; fix the service errors they show, then re-run --kvv.")
 @pytest.mark.parametrize("name", list(kvvparse.TASKS))
 def test_toolkit_benchmark_completes(name, toolkit, verified, plan, pytestconfig, record_property, http):
     task = kvvparse.TASKS[name]
     if task.multimodal and plan.expect.language_model_only:
-        pytest.skip("multimodal dataset on a language-model-only deployment")
+        skip("language-model-only", "multimodal dataset on a language-model-only deployment")
     if plan.expect.max_model_len < task.min_model_len:
         # §7.5: only ToolCall needs more; a literal message, so the policy's not-applicable reason can match it
-        pytest.skip("ToolCall/KVVV runs on the §7.5 restart (--max-model-len 286720, scenario k3_a3_mixed_toolcall)")
+        skip("toolcall-restart", "ToolCall/KVVV runs on the §7.5 restart (--max-model-len 286720, scenario k3_a3_mixed_toolcall)")
     log_dir = toolkit.runner.workdir(f"kvv-{name}")
     # Inspect retries network errors with backoff: a service that died would hold the run for hours
     code, out = toolkit.run(name, kvvparse.eval_argv(toolkit.python, name, plan.expect.served_name),

@@ -65,6 +65,9 @@ def _send(http, plan, load: longparse.Workload, request: int, nonce: int) -> lon
     return longparse.parse_reply(request, r.status_code, time.monotonic() - t, r.text)
 
 
+@pytest.mark.conformance(
+    id="long-requests.test_long_requests_complete_through_the_entrypoint",
+    remedy="read the engines' logs for an out-of-memory or a timeout on the long prompt; size the deployment (or --max-model-len) for the configured limit.")
 def test_long_requests_complete_through_the_entrypoint(plan, http, hosts, run_dir, load, record_property):
     before = _hbm(hosts, plan)
     nonce = random.getrandbits(16)

@@ -23,6 +23,7 @@ from k3lab import paths
 from k3lab.conformance import benchparse
 from k3lab.conformance.benchrun import api_key_env, require_service_up, runner_for, watched
 from k3lab.conformance.evidence import check, fail
+from k3lab.conformance.plugin import skip
 from k3lab.model.apikey import redact
 
 pytestmark = [pytest.mark.perf,
@@ -86,6 +87,9 @@ def bench(plan, state, run_dir, pytestconfig, baseline, http) -> tuple[dict, dic
     return benchparse.parse_bench_result(text), workload
 
 
+@pytest.mark.conformance(
+    id="perf.test_bench_requests_succeed",
+    remedy="read the failing requests in evidence/bench and the engines' logs; the benchmark must complete before its numbers count.")
 def test_bench_requests_succeed(bench, plan, record_property):
     result, workload = bench
     for key in REPORTED:
@@ -97,9 +101,12 @@ def test_bench_requests_succeed(bench, plan, record_property):
           "check the proxy and engine logs under evidence/ around the benchmark's time")
 
 
+@pytest.mark.conformance(
+    id="perf.test_bench_within_baseline",
+    remedy="compare the run with the baseline's deployment (versions, topology); record a new baseline only for an accepted change (k3lab baseline record).")
 def test_bench_within_baseline(bench, baseline, plan, pytestconfig):
     if baseline is None:
-        pytest.skip(f"no fixtures/baselines/{plan.scenario}.json; make one from evidence/bench/perf-result.json")
+        skip("no-baseline", f"no fixtures/baselines/{plan.scenario}.json; make one from evidence/bench/perf-result.json")
     result, _ = bench
     threshold = pytestconfig.getoption("--perf-threshold") or baseline.threshold or benchparse.THRESHOLD
     gates = benchparse.gate_perf(result, baseline.metrics, threshold)

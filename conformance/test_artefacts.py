@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from k3lab.conformance.plugin import skip
 from k3lab.render import golden
 
 KIND = "kit"  # a mismatch here means the kit staged something other than what it rendered
@@ -15,10 +16,13 @@ def _staged(node):
     return [a for a in node.artefacts if a.path.startswith("/")]
 
 
-@pytest.mark.conformance(area="golden", must="Every artefact staged on a node MUST equal the rendered file, byte for byte.")
+@pytest.mark.conformance(
+    id="golden.test_staged_artefacts_match_rendered", area="golden",
+    must="Every artefact staged on a node MUST equal the rendered file, byte for byte.",
+    remedy="re-stage the run (k3lab down, then up) instead of editing files on the node; a change the lab needs goes into the inventory and k3lab render.")
 def test_staged_artefacts_match_rendered(node, tools, run_dir):
     if not _staged(node):
-        pytest.skip("no staged artefacts")
+        skip("no-staged-artefacts", "no staged artefacts")
     differ = []
     for art in _staged(node):
         live = tools[node.name].file(art.path)
@@ -28,10 +32,13 @@ def test_staged_artefacts_match_rendered(node, tools, run_dir):
     assert not differ, f"{node.name}: staged files differ from the rendered plan: {differ}"
 
 
-@pytest.mark.conformance(area="golden", must="With the default inventory, the rendered artefacts MUST equal golden/.")
+@pytest.mark.conformance(
+    id="golden.test_rendered_equals_golden", area="golden",
+    must="With the default inventory, the rendered artefacts MUST equal golden/.",
+    remedy="review the render change; if intended, update golden/ with nox -s golden -- --snapshot-update and commit the diff.")
 def test_rendered_equals_golden(plan, run_dir):
     if not plan.inventory.startswith("default (sim"):
-        pytest.skip("a lab inventory renders its own values; compare with k3lab render and golden/ by hand")
+        skip("lab-inventory", "a lab inventory renders its own values; compare with k3lab render and golden/ by hand")
     moved = _moved_subnet(plan.inventory)
     differ = golden.drift(plan, lambda node, name: _to_default_subnet((run_dir / "rendered" / node / name).read_text(),
                                                                       moved))

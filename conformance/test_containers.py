@@ -25,7 +25,10 @@ def _container(state, node, docker_clients):
         raise AssertionError(f"{_where(node, state)}: container {name} does not exist") from None
 
 
-@pytest.mark.conformance(area="containers", must="Every planned node container MUST be running and MUST NOT have restarted.")
+@pytest.mark.conformance(
+    id="containers.test_container_running", area="containers",
+    must="Every planned node container MUST be running and MUST NOT have restarted.",
+    remedy="read the container's log on its node (docker logs NAME) for why it exited or restarted, fix that, then bring the run up again.")
 def test_container_running(node, state, docker_clients):
     c = _container(state, node, docker_clients)
     where = _where(node, state)
@@ -34,7 +37,10 @@ def test_container_running(node, state, docker_clients):
     assert restarts == 0, f"{where}: container restarted {restarts} time(s); check its logs"
 
 
-@pytest.mark.conformance(area="containers", must="Each container MUST have the planned shm size, privileges, network, devices and mounts.")
+@pytest.mark.conformance(
+    id="containers.test_container_matches_plan", area="containers",
+    must="Each container MUST have the planned shm size, privileges, network, devices and mounts.",
+    remedy="start the container only through k3lab up (it applies the plan's shm, privileges, network, devices and mounts); remove a container created by hand.")
 def test_container_matches_plan(node, state, plan, docker_clients):
     c = _container(state, node, docker_clients)
     where = _where(node, state)

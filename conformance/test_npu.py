@@ -6,6 +6,7 @@ from typing import Callable, TypeVar
 import pytest
 
 from k3lab.conformance import nodetools, toolparse
+from k3lab.conformance.plugin import skip
 from k3lab.launchers import hwstage
 from k3lab.launchers.endpoints import TIMED_OUT
 
@@ -17,8 +18,10 @@ HCCN = nodetools.HCCN
 KIND = "environment"  # default class of a failure here
 
 
-@pytest.mark.conformance(area="npu", must="npu-smi info MUST print one health row per device (A3: per die, 16 on a 16-device "
-             "node; A2 and 950DT: per NPU) with every Health OK.")
+@pytest.mark.conformance(
+    id="npu.test_npu_smi_devices_healthy", area="npu",
+    must="npu-smi info MUST print one health row per device (A3: per die, 16 on a 16-device node; A2 and 950DT: per NPU) with every Health OK.",
+    remedy="on the named node, read npu-smi info -t health -i N for the device; reset it (npu-smi set -t reset) or replace it, and reinstall the driver if rows are missing.")
 def test_npu_smi_devices_healthy(node, tools):
     out = tools[node.name].check_output("npu-smi info")
     # every layout of tests/corpus (98/116 columns, Bus-Id NA, 950): k3lab.conformance.toolparse
@@ -78,7 +81,10 @@ def _unread(node, option: str, unread: dict[int, str]) -> str:
     return "; ".join(f"{node.name} device {d}: hccn_tool -i {d} {option}: {why}" for d, why in sorted(unread.items()))
 
 
-@pytest.mark.conformance(area="hccl", must="Every device link MUST be UP (hccn_tool -link -g).")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_links_up", area="hccl",
+    must="Every device link MUST be UP (hccn_tool -link -g).",
+    remedy="check the named device's cable and switch port (hccn_tool -i N -link -g); bring the port up on the switch.")
 def test_hccn_links_up(node, tools):
     links, unread = _read(tools[node.name], node, "-link -g", toolparse.link)
     assert not unread, _unread(node, "-link -g", unread)
@@ -87,7 +93,10 @@ def test_hccn_links_up(node, tools):
                       "check the cable and switch port of those devices")
 
 
-@pytest.mark.conformance(area="hccl", must="Every device MUST report net health Success (hccn_tool -net_health -g).")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_net_health", area="hccl",
+    must="Every device MUST report net health Success (hccn_tool -net_health -g).",
+    remedy="fix the device's link, address and gateway (hccn_tool -i N -net_health -g names the state); Init usually means no address or no reachable netdetect address.")
 def test_hccn_net_health(node, tools):
     states, unread = _read(tools[node.name], node, "-net_health -g", toolparse.net_health)
     assert not unread, _unread(node, "-net_health -g", unread)
@@ -96,7 +105,10 @@ def test_hccn_net_health(node, tools):
                      "(hccn_tool -i <device> -netdetect -g), the link and the RoCE network")
 
 
-@pytest.mark.conformance(area="hccl", must="Every device MUST have an address (-vnic on A3, -ip elsewhere).")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_device_addresses", area="hccl",
+    must="Every device MUST have an address (-vnic on A3, -ip elsewhere).",
+    remedy="set the device's address with hccn_tool -i N -ip -s address A netmask M (A3: the vNIC, -vnic), as /etc/hccn.conf lists it.")
 def test_hccn_device_addresses(node, tools):
     vnic = node.platform == "A3"
     option = "-vnic -g" if vnic else "-ip -g"
@@ -112,7 +124,10 @@ def test_hccn_device_addresses(node, tools):
                         else "set it in /etc/hccn.conf with hccn_tool -i <device> -ip -s"))
 
 
-@pytest.mark.conformance(area="hccl", must="The TLS switch MUST be identical on every device of every node.")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_tls_consistent", area="hccl",
+    must="The TLS switch MUST be identical on every device of every node.",
+    remedy="set one TLS switch on every device of every node (hccn_tool -i N -tls -s enable 0|1) and restart the devices' network.")
 def test_hccn_tls_consistent(plan, tools):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -180,8 +195,10 @@ def _sample_seed(run_dir) -> int:
     return int(raw) if raw and raw.isdigit() else zlib.crc32(run_dir.name.encode())
 
 
-@pytest.mark.conformance(area="hccl", must="Every device MUST be reached from every other node (-hccs_ping to the "
-             "vNIC within a super pod, -ping to the device IP across super pods), and every device MUST send.")
+@pytest.mark.conformance(
+    id="hccl.test_cross_node_reachability", area="hccl",
+    must="Every device MUST be reached from every other node (-hccs_ping to the vNIC within a super pod, -ping to the device IP across super pods), and every device MUST send.",
+    remedy="check the named pair's path: both devices' addresses, links and the switch between them (hccn_tool -i N -ping -g address A from the sender).")
 def test_cross_node_reachability(plan, hosts, tools, run_dir, hardware_stage):
     """Every device of every node is pinged from one device of every other node, in two rounds of one
     exec per node, the nodes in parallel.
@@ -205,9 +222,9 @@ def test_cross_node_reachability(plan, hosts, tools, run_dir, hardware_stage):
 
     nodes = plan.nodes
     if len(nodes) < 2:
-        pytest.skip("single node")
+        skip("single-node", "single node")
     if hardware_stage:
-        pytest.skip(f"hardware stage: not run, {hardware_stage} check(s) failed already and stop the run "
+        skip("held-back", f"hardware stage: not run, {hardware_stage} check(s) failed already and stop the run "
                     "(the pings take minutes on hardware); the suite runs them")
     r = _sample_seed(run_dir)
     with ThreadPoolExecutor(max_workers=8) as pool:  # the nodes' batches, in parallel
@@ -349,8 +366,10 @@ def _judge(text: str) -> str | None:
 # The lab's hardware stage runs this file before any engine starts (k3lab.launchers.hwstage).
 
 
-@pytest.mark.conformance(area="hccl", must="Every device MUST see its switch port over LLDP "
-             "(hccn_tool -i N -lldp -g prints an Ifname).")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_lldp", area="hccl",
+    must="Every device MUST see its switch port over LLDP (hccn_tool -i N -lldp -g prints an Ifname).",
+    remedy="enable LLDP on the switch port of the named device and check its cable (hccn_tool -i N -lldp -g must print an Ifname).")
 def test_hccn_lldp(node, tools):
     ports, unread = _read(tools[node.name], node, "-lldp -g", toolparse.lldp_ifname)
     silent = {d: "no answer (no LLDP neighbour learnt)" for d in unread if unread[d] == "no answer"}
@@ -361,8 +380,10 @@ def test_hccn_lldp(node, tools):
                          "hccn_tool -i <device> -lldp -g); check the cable and the switch port of those devices")
 
 
-@pytest.mark.conformance(area="hccl", must="Every device MUST have a netdetect address and a default gateway "
-             "(hccn_tool -i N -netdetect -g, -gateway -g).")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_netdetect_gateway", area="hccl",
+    must="Every device MUST have a netdetect address and a default gateway (hccn_tool -i N -netdetect -g, -gateway -g).",
+    remedy="set the netdetect address and gateway: hccn_tool -i N -netdetect -s address A, hccn_tool -i N -gateway -s gateway G.")
 def test_hccn_netdetect_gateway(node, tools):
     detect, unread = _read(tools[node.name], node, "-netdetect -g", toolparse.netdetect)
     assert not unread, _unread(node, "-netdetect -g", unread)
@@ -375,8 +396,10 @@ def test_hccn_netdetect_gateway(node, tools):
          "set them with hccn_tool -i <device> -netdetect -s address A and -gateway -s gateway G")
 
 
-@pytest.mark.conformance(area="hccl", must="/etc/hccn.conf in the node's container MUST name every device "
-             "(address_N), as the guides' docker run mounts it from the host.")
+@pytest.mark.conformance(
+    id="hccl.test_hccn_conf_names_every_device", area="hccl",
+    must="/etc/hccn.conf in the node's container MUST name every device (address_N), as the guides' docker run mounts it from the host.",
+    remedy="write address_N for every device into the host's /etc/hccn.conf (hccn_tool -ip -s does) and mount it into the container as the guides do.")
 def test_hccn_conf_names_every_device(node, tools):
     f = tools[node.name].file("/etc/hccn.conf")
     assert f.exists, f"{node.name}: /etc/hccn.conf is missing in the container; mount it from the host (-v /etc/hccn.conf)"
@@ -386,10 +409,13 @@ def test_hccn_conf_names_every_device(node, tools):
                          "hccn_tool -i <device> -ip -s address A netmask M on the host")
 
 
-@pytest.mark.conformance(area="hccl", must="On A3, npu-smi info -t spod-info MUST report the node's Super Pod ID.")
+@pytest.mark.conformance(
+    id="hccl.test_spod_info", area="hccl",
+    must="On A3, npu-smi info -t spod-info MUST report the node's Super Pod ID.",
+    remedy="update the A3 node's driver and firmware to a version whose npu-smi answers -t spod-info, and check the super pod configuration.")
 def test_spod_info(node, tools):
     if node.platform != "A3":
-        pytest.skip("spod-info exists on A3 only")
+        skip("not-a3", "spod-info exists on A3 only")
     assert _super_pod(tools[node.name]) is not None, \
         (f"{node.name}: npu-smi info -t spod-info -i 0 -c 0 gave no 'Super Pod ID'; check the driver version "
          "(A3 super pod support)")

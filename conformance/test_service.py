@@ -16,6 +16,7 @@ import pytest
 from k3lab import waits
 from k3lab.conformance import eviction
 from k3lab.conformance.evidence import check, fail
+from k3lab.conformance.plugin import skip
 from k3lab.launchers import metrics
 from k3lab.model import apikey
 
@@ -39,13 +40,19 @@ MARKERS = ("<think>", "</think>", "<|open|>", "<|sep|>", "<|close|>", "<|tool_ca
 KIND = "product"  # default class of a failure here
 
 
-@pytest.mark.conformance(area="models", must="/health MUST answer 200 on every API.")
+@pytest.mark.conformance(
+    id="models.test_health", area="models",
+    must="/health MUST answer 200 on every API.",
+    remedy="read the engine's log (runs/<run>/logs) for why /health does not answer 200; k3lab triage RUN names known causes.")
 def test_health(api, http):
     r = http.get(f"{api.url}/health", timeout=5)
     assert r.status_code == 200, f"{api.node}: /health answered {r.status_code}"
 
 
-@pytest.mark.conformance(area="models", must="/v1/models MUST list the served name with the planned max_model_len.")
+@pytest.mark.conformance(
+    id="models.test_models_lists_served_name_and_limit", area="models",
+    must="/v1/models MUST list the served name with the planned max_model_len.",
+    remedy="start every engine with the plan's --served-model-name and --max-model-len (re-render; do not edit the scripts on the node).")
 def test_models_lists_served_name_and_limit(api, http, plan):
     r = http.get(f"{api.url}/v1/models", timeout=5)
     assert r.status_code == 200, f"{api.node}: /v1/models answered {r.status_code}: {r.text[:200]}"
@@ -55,8 +62,10 @@ def test_models_lists_served_name_and_limit(api, http, plan):
     assert got == plan.expect.max_model_len, f"{api.node}: max_model_len {got}, planned {plan.expect.max_model_len}"
 
 
-@pytest.mark.conformance(area="models", must="The PD proxy MUST answer /healthcheck with status ok, count exactly the planned "
-                                  "Prefill and Decode engines, and every counted engine MUST answer.")
+@pytest.mark.conformance(
+    id="models.test_proxy_answers", area="models",
+    must="The PD proxy MUST answer /healthcheck with status ok, count exactly the planned Prefill and Decode engines, and every counted engine MUST answer.",
+    remedy="start every Prefill and Decode engine the proxy lists, and the proxy with exactly the planned hosts and ports.")
 def test_proxy_answers(plan, http):
     """Only what every proxy release has: /healthcheck (``/v1/models`` came after vllm-ascend 0.23).
 
@@ -64,7 +73,7 @@ def test_proxy_answers(plan, http):
     counts are asked for /health here: a stopped engine shows as counted but not answering.
     """
     if not plan.expect.proxy:
-        pytest.skip("no proxy in this scenario")
+        skip("no-proxy", "no proxy in this scenario")
     r = http.get(f"{plan.expect.proxy}/healthcheck", timeout=5)
     assert r.status_code == 200 and r.json().get("status") == "ok", f"proxy /healthcheck: {r.status_code} {r.text[:200]}"
     body = r.json()
@@ -95,10 +104,13 @@ def _chat(http, entrypoint, plan, **body):
 
 def _needs_parsers(plan):
     if not plan.expect.parsers:
-        pytest.skip("rendered with parsers=off: the service returns raw model output by design")
+        skip("parsers-off", "rendered with parsers=off: the service returns raw model output by design")
 
 
-@pytest.mark.conformance(area="parsers", must="Content MUST be free of reasoning/tool markers and reasoning MUST be non-empty with thinking on.")
+@pytest.mark.conformance(
+    id="parsers.test_reasoning_is_parsed", area="parsers",
+    must="Content MUST be free of reasoning/tool markers and reasoning MUST be non-empty with thinking on.",
+    remedy="start the engines with the guide's --reasoning-parser and --tool-call-parser (kimi_k3) and --enable-auto-tool-choice.")
 def test_reasoning_is_parsed(http, entrypoint, plan):
     _needs_parsers(plan)
     r = _chat(http, entrypoint, plan, messages=[{"role": "user", "content": "Explain data parallelism in one sentence."}])
@@ -172,15 +184,20 @@ def _tool_problem(http, entrypoint, plan, want: str) -> str | None:
     return None
 
 
-@pytest.mark.conformance(area="parsers", must="tool_choice auto MUST call the tool the question is about, with arguments valid "
-                                  "against that tool's own JSON schema.")
+@pytest.mark.conformance(
+    id="parsers.test_tool_call", area="parsers",
+    must="tool_choice auto MUST call the tool the question is about, with arguments valid against that tool's own JSON schema.",
+    remedy="start the engines with --enable-auto-tool-choice and the guide's --tool-call-parser; check the chat template the checkpoint ships.")
 def test_tool_call(http, entrypoint, plan):
     _needs_parsers(plan)
     problems = [p for want in sorted(TOOL_QUESTIONS) if (p := _tool_problem(http, entrypoint, plan, want))]
     assert not problems, "; ".join(problems)
 
 
-@pytest.mark.conformance(area="parsers", must="With tools offered, a question unrelated to them MUST be answered without a call.")
+@pytest.mark.conformance(
+    id="parsers.test_tool_call_not_forced", area="parsers",
+    must="With tools offered, a question unrelated to them MUST be answered without a call.",
+    remedy="serve with tool_choice auto as the guide does (no forced tool choice in the template or the engine's defaults).")
 def test_tool_call_not_forced(http, entrypoint, plan):
     """Negative control of test_tool_call: a service that calls a tool whatever is asked fails here."""
     _needs_parsers(plan)
@@ -196,7 +213,10 @@ def test_tool_call_not_forced(http, entrypoint, plan):
     assert choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']}, expected stop"
 
 
-@pytest.mark.conformance(area="parsers", must="Streamed content MUST be free of reasoning/tool markers.")
+@pytest.mark.conformance(
+    id="parsers.test_streaming_content_is_clean", area="parsers",
+    must="Streamed content MUST be free of reasoning/tool markers.",
+    remedy="start the engines with the guide's reasoning and tool-call parsers; the same parsers serve streamed responses.")
 def test_streaming_content_is_clean(http, entrypoint, plan):
     _needs_parsers(plan)
     payload = {"model": plan.expect.served_name, "max_tokens": 48, "temperature": 0, "stream": True,
@@ -227,7 +247,10 @@ def _png(rgb) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-@pytest.mark.conformance(area="images", must="An image request MUST be answered with a description naming its colour (rejected on language-model-only).")
+@pytest.mark.conformance(
+    id="images.test_image_request", area="images",
+    must="An image request MUST be answered with a description naming its colour (rejected on language-model-only).",
+    remedy="serve the multimodal checkpoint without --language-model-only on every engine of the request path (Decode included under PD).")
 def test_image_request(http, entrypoint, plan):
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png((220, 20, 30))}},
                                              {"type": "text", "text": "Describe the image."}]}]
@@ -240,7 +263,10 @@ def test_image_request(http, entrypoint, plan):
     assert "red" in text, f"the description does not name the image's colour (red): {text[:200]!r}"
 
 
-@pytest.mark.conformance(area="limits", must="Each API MUST reject prompt + max_tokens over max_model_len with 400 and accept a request within it.")
+@pytest.mark.conformance(
+    id="limits.test_max_model_len_enforced", area="limits",
+    must="Each API MUST reject prompt + max_tokens over max_model_len with 400 and accept a request within it.",
+    remedy="start every engine with the plan's --max-model-len (one value on every engine).")
 def test_max_model_len_enforced(api, http, plan):
     """On each API (the PD proxy has already answered 200 when the decode leg rejects a request)."""
     body = {"model": plan.expect.served_name, "prompt": "hi"}
@@ -292,11 +318,13 @@ def _prompt(tag: str, lines: int = 300) -> str:
     return f"[{RUN_NONCE} {tag}] " + " ".join(f"{tag} line {i} of a fresh document" for i in range(lines))
 
 
-@pytest.mark.conformance(area="dp-routing", must="X-data-parallel-rank MUST pin a request to that rank (only its engine counts "
-                                     "it) and 400 an out-of-range rank.")
+@pytest.mark.conformance(
+    id="dp-routing.test_dp_rank_routing", area="dp-routing",
+    must="X-data-parallel-rank MUST pin a request to that rank (only its engine counts it) and 400 an out-of-range rank.",
+    remedy="run the mixed service's head API with internal load balancing as the guide starts it (launch_online_dp.py), so it honours X-data-parallel-rank.")
 def test_dp_rank_routing(http, plan):
     if not plan.expect.dp_routing:
-        pytest.skip("X-data-parallel-rank applies to the internal-LB mixed services")
+        skip("not-internal-lb", "X-data-parallel-rank applies to the internal-LB mixed services")
     api = plan.expect.apis[0]
     wrong = []
     # two requests per rank, ranks in reverse: neither a round-robin nor a lowest-rank balancer can
@@ -317,8 +345,10 @@ def test_dp_rank_routing(http, plan):
     assert r.status_code == 400, f"an out-of-range DP rank got {r.status_code}, expected 400"
 
 
-@pytest.mark.conformance(area="request-paths", must="Every API engine MUST serve a request sent to it, shown by its own "
-                                        "vllm:request_success_total and by no other engine's.")
+@pytest.mark.conformance(
+    id="request-paths.test_every_api_engine_serves", area="request-paths",
+    must="Every API engine MUST serve a request sent to it, shown by its own vllm:request_success_total and by no other engine's.",
+    remedy="check the named engine's log and its DP rank's network path; every planned engine must take requests.")
 def test_every_api_engine_serves(http, plan):
     """Each engine API (and each DP rank behind an internal-LB API) is asked directly, and the engine
     that answered must be the one whose counter moved: a request the proxy retried elsewhere, or
@@ -370,15 +400,17 @@ def _pd_pairs(plan):
     return prefill, decode
 
 
-@pytest.mark.conformance(area="request-paths", must="Every Decode engine MUST pull KV from every Prefill engine it is paired "
-                                        "with (its external hits rise by the whole prompt, as vllm-ascend counts).")
+@pytest.mark.conformance(
+    id="request-paths.test_decode_pulls_kv_from_every_prefill", area="request-paths",
+    must="Every Decode engine MUST pull KV from every Prefill engine it is paired with (its external hits rise by the whole prompt, as vllm-ascend counts).",
+    remedy="check the named Decode/Prefill pair: KV connector config, KV ports and the path between the nodes (Mooncake handshake).")
 def test_decode_pulls_kv_from_every_prefill(http, plan):
     """The proxy's own protocol, pair by pair: Prefill with ``do_remote_decode``, then Decode with the
     returned ``kv_transfer_params``. The proxy would retry a failed pair on another engine; here each
     pair must work, and a failure names both ends."""
     prefill, decode = _pd_pairs(plan)
     if not prefill or not decode:
-        pytest.skip("no Prefill/Decode engines: KV transfer does not apply")
+        skip("not-pd", "no Prefill/Decode engines: KV transfer does not apply")
     model = plan.expect.served_name
     bad = []
     for p in prefill:
@@ -416,13 +448,15 @@ def test_decode_pulls_kv_from_every_prefill(http, plan):
                                       "connector sizes and engine ids, and the engine logs)")
 
 
-@pytest.mark.conformance(area="request-paths", must="Concurrent requests through the proxy MUST reach every Prefill and Decode "
-                                        "engine it routes to, each shown by its own counters.")
+@pytest.mark.conformance(
+    id="request-paths.test_proxy_reaches_every_engine", area="request-paths",
+    must="Concurrent requests through the proxy MUST reach every Prefill and Decode engine it routes to, each shown by its own counters.",
+    remedy="start the proxy with every planned Prefill and Decode host and port; check the named engine answers.")
 def test_proxy_reaches_every_engine(http, plan):
     """The real proxy sends one request at a time to the least-loaded, first-listed engine, so
     sequential requests prove only that one path; concurrent long requests spread over all."""
     if not plan.expect.proxy:
-        pytest.skip("no proxy in this scenario")
+        skip("no-proxy", "no proxy in this scenario")
     engines = [a for a in plan.expect.apis if a.role in ("prefill", "decode")]
     before = {url: sum(c.values()) for url, c in _settled(http, engines).items()}
     n = 3 * len(engines)
@@ -514,7 +548,7 @@ def _evict_after_storing(http, plan, api) -> _Evicted:
     need_tokens = local.fill_tokens()
     room0 = _meta_room(http, plan)
     if room0 is None:
-        pytest.skip(f"no dev mode and the MetaService serves no capacity metrics (MemCache 1.0.x): cannot show the pool "
+        skip("pool-unproven", f"no dev mode and the MetaService serves no capacity metrics (MemCache 1.0.x): cannot show the pool "
                     f"holds the {need_tokens} tokens that push {api.node}'s local prefix cache out")
     replies = {p: _complete(http, api, plan, p) for p in _evicted_prompts().values()}
     rooms = [room0]
@@ -532,7 +566,7 @@ def _evict_after_storing(http, plan, api) -> _Evicted:
           remedy="check MMC_LOCAL_CONFIG_PATH on the producer and the MetaService")
     need_bytes = (room1.allocated - room0.allocated) / stored * need_tokens
     if not room1.fits(need_bytes):
-        pytest.skip(f"no dev mode, and the pool cannot hold the fill that pushes {api.node}'s local prefix cache "
+        skip("pool-unproven", f"no dev mode, and the pool cannot hold the fill that pushes {api.node}'s local prefix cache "
                     f"({local.tokens} tokens) out: {need_bytes:.0f} more bytes on {room1.allocated:.0f} of "
                     f"{room1.total:.0f} would pass the MetaService's 90 % eviction threshold")
 
@@ -562,7 +596,7 @@ def evicted(http, plan):
 def _two_producers(plan, cold_cache):
     """Two pooled producer APIs, or one and how it forgets locally: ``"reset"`` (dev mode) or ``"evict"``."""
     if not plan.expect.external_pool:
-        pytest.skip("no MemCache pool: without one, external hits exist only on Decode, where vllm-ascend counts "
+        skip("no-pool", "no MemCache pool: without one, external hits exist only on Decode, where vllm-ascend counts "
                     "every KV pull (test_decode_pulls_kv_from_every_prefill checks those)")
     apis = _pool_apis(plan)
     others = [a for a in apis if a.node != apis[0].node]
@@ -607,8 +641,10 @@ def _repeat(http, plan, api, how, prompt: str) -> tuple[dict, float, float]:
     return out, ext1 - ext0, local
 
 
-@pytest.mark.conformance(area="external-cache", must="A prefix stored in the pool MUST be an external hit on a Prefill engine "
-                                         "that did not compute it, and a fresh prompt MUST NOT hit.")
+@pytest.mark.conformance(
+    id="external-cache.test_external_cache_hits_on_repeated_prefix", area="external-cache",
+    must="A prefix stored in the pool MUST be an external hit on a Prefill engine that did not compute it, and a fresh prompt MUST NOT hit.",
+    remedy="check the engines' MemCache client config (same MetaService, same PYTHONHASHSEED) and that the pool holds the stored blocks.")
 def test_external_cache_hits_on_repeated_prefix(http, plan, cold_cache, evicted, record_property):
     """Measured on the producer side: Decode engines count every KV pull as external hits, so their
     counters prove nothing about the cache.
@@ -639,12 +675,15 @@ def _meta_gauge(http, plan, name: str) -> float:
     return _counter(text, name)
 
 
-@pytest.mark.conformance(area="external-cache", must="A new long prompt MUST put blocks into the MemCache pool.")
+@pytest.mark.conformance(
+    id="external-cache.test_pool_stores_blocks", area="external-cache",
+    must="A new long prompt MUST put blocks into the MemCache pool.",
+    remedy="check the MetaService and providers are up and the engines' kv-transfer-config names the MemCache connector.")
 def test_pool_stores_blocks(http, entrypoint, plan):
     """A new long prompt through the service puts its blocks into the MemCache pool (the run nonce
     keeps it new on a deployment kept from an earlier run)."""
     if not plan.expect.external_pool:
-        pytest.skip("no MemCache pool in this scenario")
+        skip("no-pool", "no MemCache pool in this scenario")
     before = _meta_gauge(http, plan, "memcache_stored_keys")
     r = http.post(f"{entrypoint}/v1/completions", timeout=120,
                   json={"model": plan.expect.served_name, "prompt": _prompt("store", 400), "max_tokens": 4,
@@ -655,7 +694,10 @@ def test_pool_stores_blocks(http, entrypoint, plan):
                             "AscendStoreConnector is not saving to the pool (check MMC_LOCAL_CONFIG_PATH and pool capacity)")
 
 
-@pytest.mark.conformance(area="external-cache", must="Blocks stored by each pooled producer MUST be external hits on another.")
+@pytest.mark.conformance(
+    id="external-cache.test_pool_hits_across_engines", area="external-cache",
+    must="Blocks stored by each pooled producer MUST be external hits on another.",
+    remedy="give every pooled producer the same PYTHONHASHSEED and MemCache config (one MetaService), so one's blocks are the other's hits.")
 def test_pool_hits_across_engines(http, plan, cold_cache, evicted, record_property):
     """Around the ring of pooled producer APIs, each stores a new prefix the next one must hit.
 
@@ -684,14 +726,17 @@ def test_pool_hits_across_engines(http, plan, cold_cache, evicted, record_proper
     assert not bad, "; ".join(bad) + " in the MemCache pool: check PYTHONHASHSEED on both, MMC_LOCAL_CONFIG_PATH and the MetaService"
 
 
-@pytest.mark.conformance(area="security", must="With an API key configured, every engine API MUST refuse requests without it.")
+@pytest.mark.conformance(
+    id="security.test_api_key_enforced", area="security",
+    must="With an API key configured, every engine API MUST refuse requests without it.",
+    remedy="start every engine with the configured API key (VLLM_API_KEY / --api-key); re-render instead of editing a node's script.")
 def test_api_key_enforced(api, plan):
     """With K3LAB_API_KEY set, every engine API refuses requests without it (the guides ship none)."""
     import requests
 
     key = apikey.get()
     if not key:
-        pytest.skip("no API key configured (K3LAB_API_KEY): every API is open, as the guides warn")
+        skip("no-api-key", "no API key configured (K3LAB_API_KEY): every API is open, as the guides warn")
     bare = requests.Session()
     bare.trust_env = False
     r = bare.get(f"{api.url}/v1/models", timeout=5)
@@ -700,7 +745,10 @@ def test_api_key_enforced(api, plan):
     assert r.status_code == 200, f"{api.node}: /v1/models with the key answered {r.status_code}"
 
 
-@pytest.mark.conformance(area="parsers", must="The official openai client MUST parse chat, reasoning and tool-call responses.")
+@pytest.mark.conformance(
+    id="parsers.test_openai_client_parses_responses", area="parsers",
+    must="The official openai client MUST parse chat, reasoning and tool-call responses.",
+    remedy="serve with the guide's parsers and an OpenAI-compatible response shape (vLLM's own server, no proxy rewriting fields).")
 def test_openai_client_parses_responses(entrypoint, plan):
     """Schema drift shows up as a parse error in a real client, not in our own JSON handling."""
     import httpx

@@ -8,6 +8,7 @@ import requests
 
 from k3lab.conformance import nodetools
 from k3lab.conformance.memcache import health_ok
+from k3lab.conformance.plugin import skip
 from k3lab.launchers import metrics
 
 KIND = "environment"  # default class of a failure here
@@ -25,12 +26,15 @@ def _listening(tools) -> set[int]:
     return ports
 
 
-@pytest.mark.conformance(area="ranks-ports", must="Every planned listening port MUST listen on its planned node.")
+@pytest.mark.conformance(
+    id="ranks-ports.test_planned_ports_listen", area="ranks-ports",
+    must="Every planned listening port MUST listen on its planned node.",
+    remedy="read the process's log for a bind failure or a crash; free the port on the node or choose another in the inventory.")
 def test_planned_ports_listen(node, tools):
     # the DP RPC port is not expected: real vLLM closes it once the engines have handshaken
     expected = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and not u.startup_only]
     if not expected:
-        pytest.skip("no listening ports planned on this node")
+        skip("no-ports", "no listening ports planned on this node")
     live = _listening(tools[node.name])
     missing = []
     for use, proc in expected:
@@ -42,12 +46,14 @@ def test_planned_ports_listen(node, tools):
                          f"log for a bind error or an early exit")
 
 
-@pytest.mark.conformance(area="ranks-ports", must="The DP RPC (handshake) port MUST be closed once the engines serve: vLLM "
-             "closes it after the handshake, so a listener there is another process.")
+@pytest.mark.conformance(
+    id="ranks-ports.test_startup_ports_closed", area="ranks-ports",
+    must="The DP RPC (handshake) port MUST be closed once the engines serve: vLLM closes it after the handshake, so a listener there is another process.",
+    remedy="find and stop the process listening on the DP RPC port after start-up (ss -ltnp on the node).")
 def test_startup_ports_closed(node, tools):
     held = [(u, p) for p in node.all_processes() for u in p.ports if u.listens and u.startup_only]
     if not held:
-        pytest.skip("no start-up-only port planned on this node")
+        skip("no-startup-ports", "no start-up-only port planned on this node")
     live = _listening(tools[node.name])
     still = [f"{use.purpose} {port} of {proc.id}" for use, proc in held
              for port in range(use.span[0], use.span[1] + 1) if port in live]
@@ -61,10 +67,13 @@ def _planned_port(proc) -> int | None:
     return int(argv[argv.index("--port") + 1]) if "--port" in argv else None
 
 
-@pytest.mark.conformance(area="ranks-ports", must="Headless nodes MUST NOT answer HTTP on their API port.")
+@pytest.mark.conformance(
+    id="ranks-ports.test_headless_nodes_expose_no_api", area="ranks-ports",
+    must="Headless nodes MUST NOT answer HTTP on their API port.",
+    remedy="stop the process answering HTTP on the headless node's API port; headless nodes run engines without an API server.")
 def test_headless_nodes_expose_no_api(plan, http):
     if not plan.expect.headless:
-        pytest.skip("no headless nodes in this scenario")
+        skip("no-headless", "no headless nodes in this scenario")
     exposed = []
     for name in plan.expect.headless:
         node = plan.node(name)
@@ -97,8 +106,10 @@ def _engine_claims(plan, tools) -> dict[tuple[str, str, int], list[str]]:
     return seen
 
 
-@pytest.mark.conformance(area="ranks-ports", must="Every planned DP rank and PP node rank MUST be claimed by exactly one live "
-             "engine, on its planned node.")
+@pytest.mark.conformance(
+    id="ranks-ports.test_engine_ranks_claimed_once", area="ranks-ports",
+    must="Every planned DP rank and PP node rank MUST be claimed by exactly one live engine, on its planned node.",
+    remedy="give each node its planned DP start rank / PP node rank (inventory rank); restart the engines that claimed another.")
 def test_engine_ranks_claimed_once(plan, tools):
     seen = _engine_claims(plan, tools)
     wrong = []
@@ -122,11 +133,14 @@ def _dram_capacity(text: str) -> tuple[dict[str, int], int]:
     return segments, int(metrics.total(text, "memcache_total_capacity_bytes", medium="dram"))
 
 
-@pytest.mark.conformance(area="metaservice", must="The MetaService MUST report the planned DRAM segments and total capacity.")
+@pytest.mark.conformance(
+    id="metaservice.test_metaservice_capacity", area="metaservice",
+    must="The MetaService MUST report the planned DRAM segments and total capacity.",
+    remedy="start the MetaService and every provider with the planned DRAM sizes (mmc-meta.conf, mmc-local.conf).")
 def test_metaservice_capacity(plan, http):
     meta = plan.expect.metaservice
     if meta is None:
-        pytest.skip("no MetaService in this scenario")
+        skip("no-metaservice", "no MetaService in this scenario")
     health = http.get(f"{meta.metrics_url}/health", timeout=5)
     assert health_ok(health.status_code, health.text), f"MetaService /health: {health.status_code} {health.text[:200]}"
     text = http.get(f"{meta.metrics_url}/metrics", timeout=5).text

@@ -3,10 +3,15 @@
 Registered through the ``pytest11`` entry point ``k3lab.conformance.plugin`` (``pyproject.toml``).
 
 * Conformance metadata, declared next to the test as in Kubernetes' ``ConformanceIt`` comments,
-  with the registered marker ``pytest.mark.conformance(area=..., id=..., must=...)``: on a module
-  (``pytestmark``) it applies to every test there; on a test it overrides the module's key by key.
-  Defaults: area from the module name (``test_npu.py`` -> ``npu``), id ``<area>.<function>``. Each
-  lands in JUnit as ``conformance.area`` / ``.id`` / ``.must`` / ``.node`` properties.
+  with the registered marker ``pytest.mark.conformance(area=..., id=..., must=..., remedy=...)``: on a
+  module (``pytestmark``) it applies to every test there; on a test it overrides the module's key by
+  key. Every check of the suite states its stable id (the registry, :mod:`k3lab.model.checks`, lists
+  them; ``k3lab checks``); without one it would be ``<area>.<function>``, area from the module name
+  (``test_npu.py`` -> ``npu``). Each lands in JUnit as ``conformance.area`` / ``.id`` / ``.must`` /
+  ``.node`` properties.
+* A check that does not apply skips through :func:`skip` with a reason id of
+  :data:`k3lab.model.checks.NA_REASONS`: the property ``conformance.na`` and the result row's
+  ``na_reason`` carry it, and a gate policy lists the ids that mean "not applicable".
 * Evidence from :mod:`k3lab.conformance.evidence` (and a default ``kind`` for plain assertion failures)
   is copied into the test's properties.
 * ``--perf`` / ``--accuracy`` / ``--long-requests`` / ``--aisbench-perf`` / ``--kvv`` enable
@@ -23,12 +28,13 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import pytest
 
 from k3lab import paths
 from k3lab.conformance import evidence
+from k3lab.model import checks
 
 HERE = paths.CONFORMANCE  # the suite's folder (resolved by k3lab.paths)
 # module file -> (marker, option): opt-in lab modules, collected and skipped unless their option is given
@@ -37,9 +43,21 @@ OPT_IN = {"perf.py": ("perf", "--perf"), "accuracy.py": ("accuracy", "--accuracy
           "kvv.py": ("kvv", "--kvv")}
 RESULTS = "conformance-results.json"
 _PARAM_NODE = ("node", "api", "engine")  # conftest parametrizes these per node
+NA = "conformance.na"  # the user property that carries a skip's reason id
 
 
-MARKER = "conformance(area=None, id=None, must=None): conformance metadata of a check (JUnit properties)"
+MARKER = ("conformance(area=None, id=None, must=None, remedy=None): conformance metadata of a check "
+          "(JUnit properties; k3lab checks lists them)")
+
+
+def skip(reason: str, message: str) -> NoReturn:
+    """Skip the running check because ``reason`` (an id of k3lab.model.checks.NA_REASONS); ``message`` says
+    it for people. The id, not the text, is what a gate policy matches: reword the message freely. A
+    plain pytest skip underneath, so its report and text stay pytest's; the id rides on the exception."""
+    __tracebackhide__ = True  # the skip's location is the check's line, not this one
+    exc = pytest.skip.Exception(message)
+    exc.na_reason = checks.na_reason(reason).id  # type: ignore[attr-defined]
+    raise exc
 
 
 def declared(*owners: Any) -> dict[str, str]:
@@ -162,12 +180,16 @@ def pytest_collection_modifyitems(config, items):
         for marker, option in OPT_IN.values():
             if item.get_closest_marker(marker) and not config.getoption(option):
                 item.add_marker(pytest.mark.skip(reason=f"{marker} checks not requested (pass {option})"))
+                item.user_properties.append((NA, "not-requested"))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_makereport(item, call):
     """Before pytest builds the report from user_properties: add the failure's evidence."""
     excinfo = call.excinfo
+    if excinfo is not None and getattr(excinfo.value, "na_reason", None):
+        item.user_properties.append((NA, excinfo.value.na_reason))
+        return None
     if excinfo is None or excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception)):
         return None
     if any(k == "kind" for k, _ in item.user_properties):
@@ -272,6 +294,7 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
     return {"nodeid": row["nodeid"], "area": props.get("conformance.area", "other"),
             "id": props.get("conformance.id"), "must": props.get("conformance.must", ""),
             "node": props.get("conformance.node"), "param": param, "outcome": row["outcome"],
+            "na_reason": props.get(NA) if row["outcome"] in ("skipped", "xfailed") else None,
             "duration": round(row["duration"], 3), "properties": props, "message": row["message"]}
 
 

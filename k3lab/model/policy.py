@@ -9,9 +9,9 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
       must: block                  # level of a check whose MUST statement says MUST
       other: warn                  # level of any other check
       areas: {perf: warn}          # level per conformance area (overrides must/other)
-      checks: {"security.*": warn} # level per check id glob (overrides areas); ids: conformance.id
-      not_applicable:              # skip messages (regex) that mean "does not apply here"
-        - {check: "*", reason: "^no proxy in this scenario$"}
+      checks: {"security.*": warn} # level per check id glob (overrides areas); ids: k3lab checks
+      not_applicable:              # skip reason ids that mean "does not apply here" (k3lab checks lists them)
+        - {check: "models.*", id: no-proxy}
       static: block                # render, preflight and golden of the release's static stage
       perf: {threshold: 0.97}     # numbers measured on the simulator never gate
       accuracy: {tolerance: 1.0}
@@ -34,8 +34,14 @@ item could not be evaluated (skipped without a not-applicable reason, errored, e
 failure, missing version, no results); **PASS** otherwise. Warnings never change a verdict. Every
 non-pass names its reasons.
 
+A not-applicable rule names a reason id the suite records with the skip (``na_reason``,
+:data:`k3lab.model.checks.NA_REASONS`). The older form ``{check, reason: REGEX}``, a pattern over the
+skip message, is still read for one release (deprecated: ``k3lab policy --check`` names such rules);
+results recorded before reasons had ids get theirs from the message (:func:`k3lab.model.checks.legacy_na`).
+
 Loading is defensive: size cap, libyaml's safe loader, no anchors/aliases, no duplicate keys,
-strict pydantic models (unknown keys are errors); every error names the file and the field.
+strict pydantic models (unknown keys are errors, and a boolean or a string is never a number); every
+error names the file and the field.
 """
 from __future__ import annotations
 
@@ -43,11 +49,11 @@ import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import catalog, hints, validation
+from k3lab.model import catalog, checks, hints, validation
 from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
@@ -62,26 +68,40 @@ class PolicyError(InputError, ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML's true or "0.9" where a number belongs is an error, never 1.0 or 0.9
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 REGEX_TIMEOUT_S = 0.2  # per pattern and message; a sane pattern takes microseconds
 
 
+NaId = Literal[tuple(checks.NA_REASONS)]  # type: ignore[valid-type]
+
+
 class NotApplicable(_Strict):
     check: str = Field("*", description="check id glob")
-    reason: str = Field(..., description="regex searched in the skip message")
+    id: NaId | None = Field(None, description="not-applicable reason id the check records with its skip "  # type: ignore[valid-type]
+                            "(k3lab checks lists them)")
+    reason: str | None = Field(None, description="deprecated: regex searched in the skip message (use id)")
 
     @field_validator("reason")
     @classmethod
-    def _regex(cls, v: str) -> str:
+    def _regex(cls, v: str | None) -> str | None:
         import regex
 
+        if v is None:
+            return v
         try:
             regex.compile(v)
         except regex.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return v
+
+    @model_validator(mode="after")
+    def _one(self) -> NotApplicable:
+        if (self.id is None) == (self.reason is None):
+            raise ValueError("give one of id (a not-applicable reason id) or reason (deprecated regex)")
+        return self
 
 
 class Perf(_Strict):
@@ -127,6 +147,13 @@ class Policy(_Strict):
     description: str = ""
     defaults: ScenarioPolicy = ScenarioPolicy()
     scenarios: dict[str, ScenarioPolicy] = {}
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _number(cls, v: object) -> object:
+        if isinstance(v, bool):  # True == 1 to Literal[1]: a boolean is never the schema number
+            raise ValueError(f"expected the number 1, got the boolean {str(v).lower()}")
+        return v
 
     @field_validator("scenarios")
     @classmethod
@@ -193,16 +220,23 @@ class Effective:
             return self.must, "MUST statement"
         return self.other, "no MUST statement"
 
-    def not_applicable_reason(self, check_id: str, message: str) -> str | None:
-        """The listed reason a skip message matches. Policy patterns are searched with a time cap (the
-        ``regex`` engine's timeout): a catastrophic pattern counts as no match, never as a hang."""
+    def not_applicable_reason(self, check_id: str, message: str, na_reason: str | None = None) -> str | None:
+        """The listed rule a skip matches: its reason id (``na_reason``, recorded by the suite; from the
+        message for results recorded before ids) against the rules' ids, or, for a deprecated regex rule,
+        its pattern searched in the message with a time cap (the ``regex`` engine's timeout): a
+        catastrophic pattern counts as no match, never as a hang."""
         import regex
 
+        reason = na_reason or checks.legacy_na(message)
         for na in self.not_applicable:
             if not fnmatch.fnmatchcase(check_id, na.check):
                 continue
+            if na.id is not None:
+                if na.id == reason:
+                    return na.id
+                continue
             try:
-                if regex.search(na.reason, message, timeout=REGEX_TIMEOUT_S):
+                if regex.search(na.reason or "", message, timeout=REGEX_TIMEOUT_S):
                     return na.reason
             except TimeoutError:
                 continue
@@ -284,7 +318,21 @@ def cmd_policy(args) -> int:
         formats.emit(args, schema(), lambda doc: print(json.dumps(doc, indent=2)))
         return 0
     pol = load(args.check)  # a PolicyError exits 2 with the file, line and field named
-    doc = {"file": str(args.check), "valid": True, "schema": pol.schema_, "scenarios": sorted(pol.scenarios)}
-    formats.emit(args, doc, lambda d: print(f"{d['file']}: valid policy (schema {d['schema']}, "
-                                            f"{len(d['scenarios'])} scenario section(s))"))
+    doc = {"file": str(args.check), "valid": True, "schema": pol.schema_, "scenarios": sorted(pol.scenarios),
+           "deprecated": deprecated(pol)}
+    formats.emit(args, doc, _print_check)
     return 0
+
+
+def deprecated(pol: Policy) -> list[str]:
+    """Where a policy still uses a form that goes away: not-applicable rules that match skip text by regex."""
+    sections = [("defaults", pol.defaults), *((f"scenarios.{sid}", sec) for sid, sec in pol.scenarios.items())]
+    return [f"{where}.not_applicable.{k}: reason {na.reason!r} is a regex over skip text (deprecated); name the "
+            f"reason id instead (id: ...; k3lab checks lists them)"
+            for where, sec in sections for k, na in enumerate(sec.not_applicable) if na.reason is not None]
+
+
+def _print_check(d: dict[str, Any]) -> None:
+    print(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s))")
+    for note in d["deprecated"]:
+        print(f"  note: {note}")

@@ -12,17 +12,17 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable
 
 from k3lab import paths
 from k3lab.errors import InputError
 from k3lab.model import accept
 from k3lab.model.accept import AcceptedFinding
 from k3lab.model.catalog import DEVICES
+from k3lab.model.checks import CheckInfo, Severity
 from k3lab.model.plan import Plan, Process, flag
 from k3lab.render.scripts import PROXY_VARS as SCRIPT_PROXY_VARS
 
-Severity = Literal["error", "warning"]
 FIXTURES = paths.FIXTURES / "checkpoints"
 PROXY_VARS = set(SCRIPT_PROXY_VARS)
 PARSER_FLAGS = ("--enable-auto-tool-choice", "--reasoning-parser", "--tool-call-parser", "--tokenizer-mode")
@@ -38,13 +38,11 @@ class Finding:
     nodes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Check:
-    id: str
-    severity: Severity
-    must: str
-    remedy: str
-    fn: Callable[["Facts"], Iterable[tuple[str, tuple[str, ...]]]] = field(repr=False)
+@dataclass(frozen=True, kw_only=True)
+class Check(CheckInfo):
+    """A static check: the registry's metadata (k3lab.model.checks) and the function that finds."""
+
+    fn: Callable[["Facts"], Iterable[tuple[str, tuple[str, ...]]]] = field(repr=False, compare=False)
 
     def run(self, facts: "Facts") -> list[Finding]:
         return [Finding(self.id, self.severity, f"{msg} Remedy: {self.remedy}", nodes)
@@ -54,9 +52,10 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(id: str, severity: Severity, must: str, remedy: str):
+def check(id: str, area: str, severity: Severity, must: str, remedy: str):
     def deco(fn):
-        CHECKS.append(Check(id, severity, must, remedy, fn))
+        CHECKS.append(Check(id=id, stage="static", area=area, severity=severity, must=must, remedy=remedy, fn=fn,
+                            source=f"{__name__}.{fn.__name__}"))
         return fn
     return deco
 
@@ -175,7 +174,7 @@ def _config(root: Path, model_path: str | None) -> dict | None:
 # ------------------------------------------------------------------------------------ checks
 
 
-@check("PF-DP-RANKS", "error", "DP ranks of each DP group MUST cover 0..size-1 exactly once, and every "
+@check("PF-DP-RANKS", "ranks-ports", "error", "DP ranks of each DP group MUST cover 0..size-1 exactly once, and every "
        "dp_rank_start + dp_size_local MUST stay within dp_size.",
        "give each node of the group a unique rank from 0 to DP size - 1.")
 def _dp_ranks(f: Facts):
@@ -212,7 +211,7 @@ def _dp_group_findings(role: str, members: list[tuple[int, Engine]]):
         yield f"{role} DP group of size {size}: rank(s) {missing} unclaimed.", ()
 
 
-@check("PF-PP-RANKS", "error", "PP node ranks of each PP group MUST cover 0..nnodes-1 exactly once.",
+@check("PF-PP-RANKS", "ranks-ports", "error", "PP node ranks of each PP group MUST cover 0..nnodes-1 exactly once.",
        "set NODE_RANK to 0, 1, 2, 3 on P0-P3.")
 def _pp_ranks(f: Facts):
     groups: dict[str, list[tuple[int, Engine]]] = defaultdict(list)
@@ -247,7 +246,7 @@ def _pp_head_findings(role: str, members: list[tuple[int, Engine]]):
         yield f"{role} PP group: --master-addr must be P0's address {heads[0].address} on {', '.join(bad_nodes)}.", bad_nodes
 
 
-@check("PF-DEVICES", "error", "Each engine's visible devices MUST exist on the platform, be disjoint on a node, "
+@check("PF-DEVICES", "devices", "error", "Each engine's visible devices MUST exist on the platform, be disjoint on a node, "
        "and number TP x PCP.", "set ASCEND_RT_VISIBLE_DEVICES (or the launcher's --tp-size) to match the engine.")
 def _devices(f: Facts):
     limit = DEVICES[f.plan.platform]
@@ -268,7 +267,7 @@ def _devices(f: Facts):
             yield f"{node}: devices {shared} are given to more than one engine.", (node,)
 
 
-@check("PF-PORTS", "error", "No two uses of a port on one host MAY overlap, counting derived ranges (API, DP RPC, "
+@check("PF-PORTS", "ranks-ports", "error", "No two uses of a port on one host MAY overlap, counting derived ranges (API, DP RPC, "
        "master, Mooncake handshake ranges, HCCL host range, MetaService, proxy).",
        "move one of the colliding ports or kv_port bases in the inventory.")
 def _ports(f: Facts):
@@ -286,7 +285,7 @@ def _ports(f: Facts):
                 yield (f"{node.name}: ports {lo}-{hi} ({what}) overlap {lo2}-{hi2} ({what2}).", (node.name,))
 
 
-@check("PF-KV-RESERVED", "warning", "Mooncake kv_port ranges SHOULD stay outside the transfer-engine range "
+@check("PF-KV-RESERVED", "ranks-ports", "warning", "Mooncake kv_port ranges SHOULD stay outside the transfer-engine range "
        "[20000, 20000 + devices*1000).", "use kv_port >= 36000 on 16-device nodes and >= 28000 on 8-device nodes.")
 def _kv_reserved(f: Facts):
     top = 20000 + DEVICES[f.plan.platform] * 1000
@@ -298,7 +297,7 @@ def _kv_reserved(f: Facts):
                     yield f"{node.name}: {use.purpose} {lo}-{hi} lies in the Mooncake range [20000, {top}).", (node.name,)
 
 
-@check("PF-ADDRESSES", "error", "Every DP/master address MUST be the group head's address, HCCL_IF_IP the node's "
+@check("PF-ADDRESSES", "addresses", "error", "Every DP/master address MUST be the group head's address, HCCL_IF_IP the node's "
        "own address, and the socket interface variables the node's NIC.", "fix local_ip, nic or the head node in the inventory.")
 def _addresses(f: Facts):
     heads: dict[str, str] = {}
@@ -317,7 +316,7 @@ def _addresses(f: Facts):
             yield f"{e.node}: --data-parallel-address {addr} is not the {e.role} head {heads[e.role]}.", (e.node,)
 
 
-@check("PF-MMC-URLS", "error", "Every MemCache config MUST name the same MetaService and config-store URLs, on the "
+@check("PF-MMC-URLS", "external-cache", "error", "Every MemCache config MUST name the same MetaService and config-store URLs, on the "
        "MetaService node, with the meta/local key names.", "regenerate the MemCache files from one inventory.")
 def _mmc_urls(f: Facts):
     meta = f.plan.expect.metaservice
@@ -344,7 +343,7 @@ def _store_port(f: Facts) -> str:
     return "6000"
 
 
-@check("PF-PD-SIZES", "error", "kv_connector_extra_config prefill/decode sizes MUST equal each side's real engine "
+@check("PF-PD-SIZES", "request-paths", "error", "kv_connector_extra_config prefill/decode sizes MUST equal each side's real engine "
        "flags; P MUST be kv_producer and D kv_consumer; every MultiConnector child MUST have a role; P and D engine "
        "ids MUST differ.", "make the connector JSON on both roles match the engine flags.")
 def _pd_sizes(f: Facts):
@@ -390,7 +389,7 @@ def _mooncake_sizes(e: Engine, extra: dict, real: dict[str, dict[str, int]]):
                 yield f"{e.node}: connector lacks {side}.{key}.", (e.node,)
 
 
-@check("PF-PARSERS", "error", "--reasoning-parser, --tool-call-parser and --enable-auto-tool-choice (and "
+@check("PF-PARSERS", "parsers", "error", "--reasoning-parser, --tool-call-parser and --enable-auto-tool-choice (and "
        "--tokenizer-mode where used) MUST be present together and identical on every engine.",
        "configure the kimi_k3 parsers together on every engine.")
 def _parsers(f: Facts):
@@ -409,7 +408,7 @@ def _parsers(f: Facts):
         yield f"parser flags differ between engines (odd ones: {', '.join(odd)}).", odd
 
 
-@check("PF-HASHSEED", "error", "PYTHONHASHSEED MUST be set and identical on every engine that shares a KV pool or "
+@check("PF-HASHSEED", "external-cache", "error", "PYTHONHASHSEED MUST be set and identical on every engine that shares a KV pool or "
        "transfers KV.", "export PYTHONHASHSEED=0 on every engine of both roles.")
 def _hashseed(f: Facts):
     if not f.plan.expect.kv_connector:
@@ -423,7 +422,7 @@ def _hashseed(f: Facts):
         yield f"PYTHONHASHSEED differs between engines: {sorted(values)}.", ()
 
 
-@check("PF-TP-HEADS", "error", "TP MUST divide the checkpoint's attention-head count.",
+@check("PF-TP-HEADS", "model", "error", "TP MUST divide the checkpoint's attention-head count.",
        "pick a TP size that divides num_attention_heads.")
 def _tp_heads(f: Facts):
     if f.checkpoint is None:
@@ -434,7 +433,7 @@ def _tp_heads(f: Facts):
             yield f"{e.node}: TP {e.tp} does not divide {heads} attention heads.", (e.node,)
 
 
-@check("PF-PP-PARTITION", "error", "VLLM_PP_LAYER_PARTITION MUST have PP entries summing to the layer count, be set "
+@check("PF-PP-PARTITION", "model", "error", "VLLM_PP_LAYER_PARTITION MUST have PP entries summing to the layer count, be set "
        "on every Prefill node and unset on Decode.", "use the guide's partition on every P node only.")
 def _pp_partition(f: Facts):
     layers = int((f.checkpoint or {}).get("num_hidden_layers", 0))
@@ -457,7 +456,7 @@ def _pp_partition(f: Facts):
             yield f"{e.node}: VLLM_PP_LAYER_PARTITION is set on Decode.", (e.node,)
 
 
-@check("PF-DSPARK", "error", "DSpark draft TP MUST equal the target TP per role, with the same draft path and token "
+@check("PF-DSPARK", "model", "error", "DSpark draft TP MUST equal the target TP per role, with the same draft path and token "
        "count on both roles.", "set draft_tensor_parallel_size to the role's TP and use one draft checkpoint.")
 def _dspark(f: Facts):
     specs = [(e, e.json("--speculative-config")) for e in f.engines]
@@ -483,7 +482,7 @@ def _mmc_client_conf(node: str, name: str, conf: dict[str, str], providers: bool
         yield f"{node}/{name}: dram.size {size} is not 1GB-aligned for a device_* protocol.", (node,)
 
 
-@check("PF-MMC-POOL", "error", "Engine clients MUST use dram.size = 0GB where standalone providers exist; world size "
+@check("PF-MMC-POOL", "external-cache", "error", "Engine clients MUST use dram.size = 0GB where standalone providers exist; world size "
        "MUST cover the participants; lookup ids MUST be unique per host and DP rank; device_sdma sizes MUST be "
        "1GB-aligned.", "use the guide's mmc-local.conf for engines and mmc-local-standalone.conf for providers.")
 def _mmc_pool(f: Facts):
@@ -517,7 +516,7 @@ def _bytes(size: str) -> int:
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()])
 
 
-@check("PF-1M-NODES", "error", "1M context on the K3 mixed service MUST use at least eight A3 nodes.",
+@check("PF-1M-NODES", "model", "error", "1M context on the K3 mixed service MUST use at least eight A3 nodes.",
        "use k3_a3_mixed_1m (DP8) or lower --max-model-len.")
 def _one_m(f: Facts):
     if f.plan.expect.dp_routing and f.plan.expect.max_model_len >= 1048576:
@@ -526,7 +525,7 @@ def _one_m(f: Facts):
             yield f"1M context on {nodes} nodes.", ()
 
 
-@check("PF-PROXY-VARS", "error", "Every engine script MUST unset the http/https/ftp proxy variables (both cases).",
+@check("PF-PROXY-VARS", "proxy-vars", "error", "Every engine script MUST unset the http/https/ftp proxy variables (both cases).",
        "add 'unset ftp_proxy FTP_PROXY https_proxy HTTPS_PROXY http_proxy HTTP_PROXY' to the engine script.")
 def _proxy_vars(f: Facts):
     if not f.plan.expect.kv_connector:
@@ -538,7 +537,7 @@ def _proxy_vars(f: Facts):
             yield f"{e.node}: proxy variables not unset: {', '.join(missing or leaked)}.", (e.node,)
 
 
-@check("PF-MODEL", "error", "Every engine MUST serve the same served name and model path, with one max-model-len.",
+@check("PF-MODEL", "model", "error", "Every engine MUST serve the same served name and model path, with one max-model-len.",
        "use one model path and served name in every script.")
 def _model(f: Facts):
     for e in f.engines:
@@ -572,7 +571,7 @@ def _missing_devices(devices: list[str], n: int) -> list[str]:
     return ["/dev/davinci_manager"]
 
 
-@check("PF-CONTAINER", "error", "Each node container MUST have shm 1g, privileged, host network, the platform's "
+@check("PF-CONTAINER", "containers", "error", "Each node container MUST have shm 1g, privileged, host network, the platform's "
        "devices and the driver and tool mounts as documented.", "render docker run from the kit, not by hand.")
 def _container(f: Facts):
     n = DEVICES[f.plan.platform]
@@ -591,7 +590,7 @@ def _container(f: Facts):
             yield f"{node.name}: container lacks mounts {lacking}.", (node.name,)
 
 
-@check("PF-LAUNCHER", "error", "launch_online_dp.py MUST get only options the real launcher accepts, including "
+@check("PF-LAUNCHER", "launcher", "error", "launch_online_dp.py MUST get only options the real launcher accepts, including "
        "--dp-rpc-port.", "remove unsupported options such as --pp-size and pass --dp-rpc-port.")
 def _launcher(f: Facts):
     for node in f.plan.nodes:
@@ -631,7 +630,7 @@ def _ip(text: str | None):
         return None
 
 
-@check("PF-ADDR-PLACEHOLDER", "warning", "Node addresses and endpoints SHOULD NOT be documentation or placeholder "
+@check("PF-ADDR-PLACEHOLDER", "addresses", "warning", "Node addresses and endpoints SHOULD NOT be documentation or placeholder "
        "values (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32, example.* hosts).",
        "replace the example inventory's placeholders with the lab's real addresses and hosts.")
 def _addr_placeholder(f: Facts):
@@ -650,7 +649,7 @@ def _addr_placeholder(f: Facts):
                   f"placeholder{'s' if len(found) > 1 else ''}.", (node.name,)
 
 
-@check("PF-ADDR-SPECIAL", "warning", "Node addresses SHOULD be unicast addresses other nodes can reach: not "
+@check("PF-ADDR-SPECIAL", "addresses", "warning", "Node addresses SHOULD be unicast addresses other nodes can reach: not "
        "loopback, link-local, broadcast, or the network/broadcast address of the sim subnet.",
        "give each node the address of its NIC on the cluster network.")
 def _addr_special(f: Facts):
@@ -672,7 +671,7 @@ def _addr_special(f: Facts):
                   f"address of sim subnet {net}.", (node.name,)
 
 
-@check("PF-SIM-SUBNET", "error", "On the sim target every node address MUST be a host address of sim.subnet other "
+@check("PF-SIM-SUBNET", "addresses", "error", "On the sim target every node address MUST be a host address of sim.subnet other "
        "than its gateway (the first host).", "move local_ip into sim.subnet, or change sim.subnet.")
 def _sim_subnet(f: Facts):
     if f.plan.target != "sim" or not f.sim_subnet:
@@ -687,7 +686,7 @@ def _sim_subnet(f: Facts):
             yield f"{node.name}: local_ip {ip} is the sim network's gateway.", (node.name,)
 
 
-@check("PF-CONTAINER-SHARED", "error", "Nodes that share one Docker endpoint MUST use distinct container names "
+@check("PF-CONTAINER-SHARED", "containers", "error", "Nodes that share one Docker endpoint MUST use distinct container names "
        "(docker run --name fails on the second one).",
        "set container_name per node, or give each node its own endpoint.")
 def _container_shared(f: Facts):
@@ -701,7 +700,7 @@ def _container_shared(f: Facts):
             yield f"{', '.join(nodes)} share endpoint {endpoint} and container name {name!r}.", tuple(nodes)
 
 
-@check("PF-OPTION-UNUSED", "warning", "Every -o option given SHOULD change this scenario's artefacts.",
+@check("PF-OPTION-UNUSED", "options", "warning", "Every -o option given SHOULD change this scenario's artefacts.",
        "drop the option, or pick a scenario it applies to (k3lab render --help lists where each applies).")
 def _option_unused(f: Facts):
     from k3lab.model import catalog
@@ -714,7 +713,7 @@ def _option_unused(f: Facts):
             yield f"-o {key}={f.plan.options[key]} has no effect on {sc.id}.", ()
 
 
-@check("PF-CHECKPOINT", "warning", "The model checkpoint's config.json SHOULD be available so the model checks "
+@check("PF-CHECKPOINT", "model", "warning", "The model checkpoint's config.json SHOULD be available so the model checks "
        "(heads, layers, context length) can run.",
        "on a lab the host stage reads config.json on every node (HST-MODEL) before any container starts; nothing "
        "goes into the kit. Offline, point the model path at a directory name the simulator carries "
@@ -749,7 +748,7 @@ def under_mount(path: str, targets: list[str]) -> bool:
     return any(p == Path(t) or Path(t) in p.parents for t in targets)
 
 
-@check("PF-MOUNT-PATHS", "error", "On a lab, every path the scripts use inside the container (model, draft, caches) "
+@check("PF-MOUNT-PATHS", "containers", "error", "On a lab, every path the scripts use inside the container (model, draft, caches) "
        "MUST lie under one of the container's mounts: the container sees nothing else of the host.",
        "keep model_path, the draft and the caches under a directory the container mounts (the guide mounts "
        "/root/.cache: model_path /root/.cache/<checkpoint dir>), and copy the checkpoint there on every node.")

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from k3lab.model.plan import Mount, NodePlan, Plan
 from k3lab.preflight import checks as static
 from k3lab.preflight.checks import Finding
-from k3lab.preflight.labchecks import LiveCheck
+from k3lab.preflight.labchecks import live_check
 
 DRIVER_INFO = "/usr/local/Ascend/driver/version.info"
 FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
@@ -32,41 +32,41 @@ MIN_DOCKER = (20, 10)  # Docker API 1.41, the oldest engine the kit speaks to
 MIN_FREE_BYTES = 20 << 30  # logs, compile and download caches of one node
 
 HOST_CHECKS = [
-    LiveCheck("HST-REACH", "The host stage MUST reach every node's host through its endpoint within its deadline.",
+    live_check("host", "HST-REACH", "endpoints", "The host stage MUST reach every node's host through its endpoint within its deadline.",
               "check the node's sshd / Docker engine (k3lab preflight -i lab.yaml names the endpoint)."),
-    LiveCheck("HST-DRIVER", f"{DRIVER_INFO} (Version=) and {INSTALL_INFO} MUST exist on every node, the driver "
+    live_check("host", "HST-DRIVER", "driver", f"{DRIVER_INFO} (Version=) and {INSTALL_INFO} MUST exist on every node, the driver "
               "installed completely, with ONE driver version across the scenario's nodes.",
               "install the same Ascend driver (HDK) on every node; the odd node is named with its version."),
-    LiveCheck("HST-FIRMWARE", f"Where {FIRMWARE_INFO} exists, every node MUST run the same firmware version.",
+    live_check("host", "HST-FIRMWARE", "driver", f"Where {FIRMWARE_INFO} exists, every node MUST run the same firmware version.",
               "upgrade the odd node's firmware with the HDK package the others run."),
-    LiveCheck("HST-HCCN-CONF", f"{HCCN_CONF} MUST exist on every node and name every planned device (address_N).",
+    live_check("host", "HST-HCCN-CONF", "hccl", f"{HCCN_CONF} MUST exist on every node and name every planned device (address_N).",
               "configure the device addresses with hccn_tool -i N -ip -s address A netmask M (it writes "
               "/etc/hccn.conf), for every N the plan uses."),
-    LiveCheck("HST-CHECKPOINT", "Every node MUST hold the checkpoint directory the scripts name, with the model "
+    live_check("host", "HST-CHECKPOINT", "model", "Every node MUST hold the checkpoint directory the scripts name, with the model "
               "configuration, tokenizer, image processor and weight index the guide lists.",
               "copy the complete checkpoint directory (same revision) to that path on the node."),
-    LiveCheck("HST-CHECKPOINT-SAME", "Every node MUST hold the SAME checkpoint: config.json and the weight index "
+    live_check("host", "HST-CHECKPOINT-SAME", "model", "Every node MUST hold the SAME checkpoint: config.json and the weight index "
               "hash alike on all nodes.",
               "copy the checkpoint from one source to every node (the odd node is named with its digest)."),
-    LiveCheck("HST-MODEL", "The node's own config.json MUST fit the plan: TP divides the attention heads, the "
+    live_check("host", "HST-MODEL", "model", "The node's own config.json MUST fit the plan: TP divides the attention heads, the "
               "PP layer partition sums to the layer count, --max-model-len within max_position_embeddings.",
               "pick TP, PP partition and --max-model-len for the checkpoint the nodes hold."),
-    LiveCheck("HST-PORTS", f"Every planned port MUST lie outside {PORT_RANGE} or be in {RESERVED_PORTS}: "
+    live_check("host", "HST-PORTS", "ranks-ports", f"Every planned port MUST lie outside {PORT_RANGE} or be in {RESERVED_PORTS}: "
               "otherwise any outgoing connection can take it and its owner fails with 'Address already in use'.",
               "reserve them on the node: sysctl -w net.ipv4.ip_local_reserved_ports=<ports> and the same "
               "line in /etc/sysctl.d/90-k3lab.conf (the finding prints the line)."),
-    LiveCheck("HST-DISK", "The filesystems of the Docker root (container logs) and the cache mount MUST have "
+    live_check("host", "HST-DISK", "resources", "The filesystems of the Docker root (container logs) and the cache mount MUST have "
               f"{MIN_FREE_BYTES >> 30} GiB free.", "free space on the node (old images, logs, caches)."),
-    LiveCheck("HST-MEMORY", "MemAvailable MUST cover the shm the plan asks for the node's container.",
+    live_check("host", "HST-MEMORY", "resources", "MemAvailable MUST cover the shm the plan asks for the node's container.",
               "stop what holds the node's memory, or lower the container's shm."),
-    LiveCheck("HST-DOCKER", f"The node's Docker engine MUST be {MIN_DOCKER[0]}.{MIN_DOCKER[1]} or newer.",
+    live_check("host", "HST-DOCKER", "endpoints", f"The node's Docker engine MUST be {MIN_DOCKER[0]}.{MIN_DOCKER[1]} or newer.",
               "upgrade Docker on the node."),
 ]
 BY_ID = {c.id: c for c in HOST_CHECKS}
 
 
 def catalogue() -> list[dict[str, str]]:
-    return [{"id": c.id, "severity": "error", "must": c.must, "remedy": c.remedy} for c in HOST_CHECKS]
+    return [{"id": c.id, "severity": c.severity, "must": c.must, "remedy": c.remedy} for c in HOST_CHECKS]
 
 
 @dataclass

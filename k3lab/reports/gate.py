@@ -85,7 +85,7 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         area = t["area"]
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
         level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
-        status, msg = _status(eff, cid, t["outcome"], t["message"], props)
+        status, msg = _status(eff, cid, t["outcome"], t["message"], props, t.get("na_reason"))
         metrics, bad = _metrics(props)
         if bad and status in ("pass", "na", "warn"):  # a number that is no measurement never passes
             status, msg = "incomplete", f"not a measurement: {'; '.join(bad)}"
@@ -95,8 +95,10 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
     return items
 
 
-def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, str]) -> tuple[str, str]:
-    """A test's outcome as a gate status, and the message that says why."""
+def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, str],
+            na_reason: str | None = None) -> tuple[str, str]:
+    """A test's outcome as a gate status, and the message that says why. A skip is not applicable when the
+    policy lists its reason id (the row's ``na_reason``, or its ``conformance.na`` property in JUnit)."""
     kind = props.get("kind", "product")
     if outcome in ("passed", "xpassed"):
         return "pass", msg
@@ -105,7 +107,7 @@ def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, s
         return ("incomplete" if kind == "environment" else "fail"), (f"{msg} [kind {kind}]" if kind != "product" else msg)
     if outcome == "error":
         return ("fail" if kind == "product" and props.get("what") else "incomplete"), f"errored: {msg}"
-    na = eff.not_applicable_reason(cid, msg)  # skipped, xfailed
+    na = eff.not_applicable_reason(cid, msg, na_reason or props.get("conformance.na"))  # skipped, xfailed
     return ("na", f"skipped: {msg}") if na else ("incomplete", f"skipped, not a listed not-applicable reason: {msg}")
 
 

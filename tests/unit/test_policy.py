@@ -134,3 +134,57 @@ def test_a_policy_file_has_the_caps_of_policy_text(tmp_path):
         policy.load(deep)
     with pytest.raises(PolicyError, match="not UTF-8"):  # a lone surrogate is not text, and no traceback
         parse("defaults: '\ud800'\n", "s.yaml")
+
+
+@pytest.mark.parametrize("text, field", [
+    ("defaults: {perf: {threshold: true}}\n", "defaults.perf.threshold (n.yaml:1)"),
+    ("defaults: {perf: {threshold: '0.9'}}\n", "defaults.perf.threshold (n.yaml:1)"),
+    ("defaults: {accuracy: {tolerance: yes}}\n", "defaults.accuracy.tolerance (n.yaml:1)"),
+    ("scenarios:\n  a3_pd: {accuracy: {tolerance: '1.0'}}\n", "scenarios.a3_pd.accuracy.tolerance (n.yaml:2)"),
+    ("schema: true\n", "schema (n.yaml:1)"),
+])
+def test_a_boolean_or_a_string_is_never_a_number(tmp_path, capsys, text, field):
+    """Strict types (#31): YAML's true or '0.9' where a number belongs is refused, never read as 1.0 or 0.9."""
+    with pytest.raises(PolicyError) as exc:
+        parse(text, "n.yaml")
+    assert field in str(exc.value), str(exc.value)
+    from k3lab.cli.main import main
+
+    path = tmp_path / "n.yaml"
+    path.write_text(text)
+    assert main(["policy", "--check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert field.split(" (")[0] in err and str(path) in err and "Traceback" not in err
+    assert parse("defaults: {perf: {threshold: 1}, accuracy: {tolerance: 2}}\n").for_scenario("a3_pd").tolerance == 2
+
+
+def test_not_applicable_rules_name_reason_ids():
+    eff = policy.load().for_scenario("k3_a3_mixed")
+    assert all(na.id and na.reason is None for na in eff.not_applicable)  # the default policy: no regex left
+    # the id decides, whatever the message says
+    assert eff.not_applicable_reason("models.test_proxy_answers", "reworded freely", "no-proxy") == "no-proxy"
+    assert eff.not_applicable_reason("models.test_proxy_answers", "no proxy in this scenario", "no-pool") is None
+    assert eff.not_applicable_reason("npu.test_npu_smi_devices_healthy", "x", "no-proxy") is None  # not its check
+    # a reason that means "could not check" is never listed: the check stays blocking
+    assert eff.not_applicable_reason("external-cache.test_pool_hits_across_engines", "x", "pool-unproven") is None
+
+
+def test_results_recorded_before_ids_keep_their_verdict():
+    """A row without na_reason (a run before #31): its message gives the reason id it would have had."""
+    eff = policy.load().for_scenario("k3_a3_mixed")
+    assert eff.not_applicable_reason("external-cache.test_pool_stores_blocks", "no MemCache pool in this scenario") == "no-pool"
+    assert eff.not_applicable_reason("perf.test_bench_requests_succeed", "perf checks not requested (pass --perf)") is None
+
+
+def test_a_regex_rule_is_still_read_and_named_deprecated(capsys, tmp_path):
+    p = parse("defaults: {not_applicable: [{check: 'hccl.*', reason: '^single node$'}]}\n", "old.yaml")
+    eff = p.for_scenario("a3_pd")
+    assert eff.not_applicable_reason("hccl.test_hccn_links_up", "single node") == "^single node$"
+    assert eff.not_applicable_reason("hccl.test_hccn_links_up", "single node", "single-node") == "^single node$"
+    assert policy.deprecated(p) and "defaults.not_applicable.0" in policy.deprecated(p)[0]
+    assert not policy.deprecated(policy.load())
+    for text, hint in [("defaults: {not_applicable: [{check: 'hccl.*'}]}\n", "give one of id"),
+                       ("defaults: {not_applicable: [{id: single-node, reason: x}]}\n", "give one of id"),
+                       ("defaults: {not_applicable: [{id: singel-node}]}\n", "did you mean 'single-node'?")]:
+        with pytest.raises(PolicyError, match=hint):
+            parse(text, "na.yaml")

@@ -1,17 +1,16 @@
 """The default gate policy against the conformance suite as it is now: no stale check ids, areas or
-skip reasons (check names and skip messages change, #10), and every MUST check blocks."""
+skip reason ids (#10, #31), and every MUST check blocks."""
 from __future__ import annotations
 
 import ast
 import fnmatch
 import inspect
-import re
 from pathlib import Path
 
 import pytest
 
 from k3lab.conformance.plugin import declared
-from k3lab.model import catalog, policy
+from k3lab.model import catalog, checks, policy
 from tests import suite
 
 CONF = Path(__file__).resolve().parents[2] / "conformance"
@@ -32,25 +31,19 @@ def _checks() -> dict[str, tuple[str, str]]:
     return out
 
 
-def _skip_messages() -> list[str]:
-    """Every pytest.skip message in conformance/, f-string fields replaced by 'X'."""
-    return [m for _, m in _skips()]
-
-
-def _skips() -> list[tuple[str, str]]:
-    """(module stem, message) of every pytest.skip in conformance/, f-string fields replaced by 'X'."""
-    msgs = []
+def _skips() -> list[tuple[str, str, str]]:
+    """(module stem, reason id, message) of every typed skip, ``skip(REASON, MESSAGE)``, in conformance/;
+    f-string fields replaced by 'X'."""
+    out = []
     for path in sorted(CONF.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "skip"
-                    and node.args):
-                arg = node.args[0]
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    msgs.append((path.stem, arg.value))
-                elif isinstance(arg, ast.JoinedStr):
-                    msgs.append((path.stem, "".join(v.value if isinstance(v, ast.Constant) else "X"
-                                                    for v in arg.values)))
-    return msgs
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "skip"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)):
+                arg = node.args[1]
+                msg = arg.value if isinstance(arg, ast.Constant) else "".join(
+                    v.value if isinstance(v, ast.Constant) else "X" for v in getattr(arg, "values", []))
+                out.append((path.stem, str(node.args[0].value), str(msg)))
+    return out
 
 
 CHECKS = _checks()
@@ -67,13 +60,15 @@ def test_no_stale_references(where, section):
     areas = {a for a, _ in CHECKS.values()}
     stale = [f"{where}.areas.{a}" for a in section.areas if a not in areas]
     stale += [f"{where}.checks[{g!r}]" for g in section.checks if not fnmatch.filter(CHECKS, g)]
-    skips = _skip_messages()
+    used = {rid for _, rid, _ in _skips()}
     for k, na in enumerate(section.not_applicable):
         if not fnmatch.filter(CHECKS, na.check):
             stale.append(f"{where}.not_applicable[{k}].check {na.check!r}: no such check")
-        if not any(re.search(na.reason, m) for m in skips):
-            stale.append(f"{where}.not_applicable[{k}].reason {na.reason!r}: no check skips with such a message")
-    assert not stale, "the default policy refers to checks or messages that no longer exist: " + "; ".join(stale)
+        if na.id is None:
+            stale.append(f"{where}.not_applicable[{k}]: a regex over skip text (deprecated); name a reason id")
+        elif na.id not in used:
+            stale.append(f"{where}.not_applicable[{k}].id {na.id!r}: no check skips with that reason")
+    assert not stale, "the default policy refers to checks or reasons that no longer exist: " + "; ".join(stale)
 
 
 @pytest.mark.parametrize("sid", catalog.SCENARIOS)
@@ -91,24 +86,27 @@ def test_every_check_states_its_must():
     assert not [cid for cid, (_, must) in CHECKS.items() if "MUST" not in must]
 
 
-# Skips the default policy deliberately leaves blocking (so the verdict is INCOMPLETE), or in a
-# non-blocking area. Any other skip message must be a listed not-applicable reason, or a healthy
-# run turns INCOMPLETE for a check that simply does not apply.
-NOT_NOT_APPLICABLE = {
-    "no dev mode and the MetaService serves no capacity metrics": "pool reuse unproven (MemCache 1.0.x): INCOMPLETE",
-    "no dev mode, and the pool cannot hold the fill": "pool reuse unproven (pool too small): INCOMPLETE",
-    "no fixtures/baselines/": "perf area, opt-in: warns",
-    "hardware stage: not run": "only in the hardware stage, once another check failed: the stage fails anyway",
-}
-
-
 def test_every_skip_is_classified():
+    """A reason that means "does not apply" is listed by the default policy; one that means "could not
+    check" (k3lab.model.checks: applies=False, e.g. pool reuse unproven, INCOMPLETE by design) is not."""
     eff = DEFAULT.for_scenario("a3_pd")
-    loose = []
-    for stem, msg in _skips():
-        if any(msg.startswith(k) for k in NOT_NOT_APPLICABLE):
-            continue
-        if not any(eff.not_applicable_reason(c, msg) for c in CHECKS):
-            loose.append(f"{stem}: {msg!r}")
-    assert not loose, ("skip messages that are neither a not-applicable reason of the default policy nor "
-                       "listed in NOT_NOT_APPLICABLE: " + "; ".join(loose))
+    wrong = []
+    for stem, rid, msg in _skips():
+        listed = any(eff.not_applicable_reason(c, msg, rid) for c in CHECKS)
+        if listed != checks.na_reason(rid).applies:
+            wrong.append(f"{stem}: {rid} ({msg!r}) is {'' if listed else 'not '}listed as not applicable")
+    assert not wrong, "skips the default policy classifies against their reason's meaning: " + "; ".join(wrong)
+
+
+def test_every_skip_is_typed():
+    """The suite never skips with bare text: every skip names its reason id (k3lab.conformance.plugin.skip)."""
+    bare = [f"{p.name}:{n.lineno}" for p in sorted(CONF.glob("*.py")) for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "skip"]
+    assert not bare, f"untyped pytest.skip in the suite: {bare}"
+    unused = set(checks.NA_REASONS) - {rid for _, rid, _ in _skips()} - {"not-requested"}  # the plugin's own
+    assert not unused, f"reason ids no check uses: {sorted(unused)}"
+
+
+def test_old_results_keep_their_reasons():
+    """Results recorded before reasons had ids: each skip message still maps to its reason id (legacy_na)."""
+    assert [(rid, checks.legacy_na(msg)) for _, rid, msg in _skips() if checks.legacy_na(msg) != rid] == []
