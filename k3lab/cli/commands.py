@@ -9,7 +9,6 @@ import argparse
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from k3lab import formats
@@ -28,35 +27,45 @@ from k3lab.launchers.endpoints import (
 from k3lab.launchers.lifecycle import (
     RUNS,
     GateFailed,
-    Interrupted,
     Run,
     _log,
     attach,
     collect,
     describe_left,
-    down,
     down_all,
     up,
 )
+from k3lab.launchers.pipeline import Phase
+from k3lab.launchers.scope import Interrupted, RunScope
 from k3lab.model import runs
 
 
 def _suite(run: Run, args: argparse.Namespace) -> int:
-    """The conformance suite against a deployment that is up, then evidence and reports."""
-    code = 1
-    try:
-        t = time.monotonic()
+    """The conformance suite against a deployment that is up, then evidence and reports: three phases of
+    the run's pipeline. A failed suite is the run's verdict, not an end: evidence and reports follow it."""
+    code = [1]
+
+    def conformance() -> bool:
         argv = suite.command(run.dir, *args.pytest_args, junit=run.dir / "junit.xml")
-        code = subprocess.call(argv, timeout=args.conformance_timeout)
-        run.timings["conformance_s"] = time.monotonic() - t
-    except subprocess.TimeoutExpired:
-        _log(f"conformance suite timed out after {args.conformance_timeout}s")
-    except (KeyboardInterrupt, Interrupted):
-        code = 130
+        try:
+            code[0] = subprocess.call(argv, timeout=args.conformance_timeout)
+        except subprocess.TimeoutExpired:
+            _log(f"conformance suite timed out after {args.conformance_timeout}s")
+        except (KeyboardInterrupt, Interrupted):
+            code[0] = 130
+        return code[0] == 0
+
+    try:
+        run.pipeline.run([Phase("suite", conformance, "conformance_s")])
     finally:
-        collect(run)
-        _write_reports(run.dir)
-    return code
+        # each on its own: reports from what was collected, even when collecting failed part-way
+        for phase in (Phase("collect", lambda: collect(run), "collect_s"),
+                      Phase("reports", lambda: _write_reports(run.dir), "reports_s")):
+            try:
+                run.pipeline.run([phase])
+            except Exception as exc:  # noqa: BLE001 - named; teardown and the verdict must still follow
+                _log(f"{phase.name} failed: {exc!r}")
+    return code[0]
 
 
 def print_diagnosis(run_dir: Path | None) -> None:
@@ -101,47 +110,62 @@ def _write_reports(run_dir: Path) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     if args.stages_only and args.keep:
         raise UsageError("--stages-only tears down after the stages; --keep has nothing to keep")
-    run = _bring_up(args, stages_only=args.stages_only)
-    if not args.keep and not args.stages_only:
-        collect(run)
-        down(run)
+    with RunScope(log=_log) as scope:
+        run = _bring_up(args, stages_only=args.stages_only, scope=scope)
+        if args.keep:  # a deployment that came up stays up; a failed one is removed all the same
+            scope.keep()
+        elif not args.stages_only:
+            collect(run)
+    _left_is_environment(scope)
     print(run.dir)
     return 0
 
 
 def cmd_cycle(args: argparse.Namespace) -> int:
-    """up, conformance suite, down; exit status is the suite's."""
+    """up, conformance suite, down, in one scope: whatever ends the cycle (a failed gate or suite, an
+    exception, Ctrl-C, SIGTERM), everything it created is removed unless ``--keep``. Exit status: the
+    suite's, or 3 when a host kept part of the run (its NPUs are still held)."""
     fault = _fault(args)
-    run = _bring_up(args, sim_faults=fault.at_start if fault else None)
     code = 1
-    try:
+    run: Run | None = None
+    with RunScope(log=_log) as scope:
+        run = _bring_up(args, sim_faults=fault.at_start if fault else None, scope=scope)
+        if args.keep:  # kept once it came up, whatever the suite says (a failed bring-up is removed)
+            scope.keep()
         if fault and fault.running:
             from k3lab.tools import faults
 
             faults.inject(run, fault)
             _log(f"injected fault {fault.id}: {fault.mode}")
         code = _suite(run, args)
-    finally:
-        if not args.keep:
-            # a run left on a host that did not answer is not a clean cycle, whatever the suite said
-            code = code or (ENVIRONMENT if down(run) else 0)
-        else:
+        if args.keep:
             run.save("up")
+    if scope.left:
+        _log(f"run {run.id}: the suite exited {code}; exit 3 because the run is still on {describe_left(scope.left)}")
+        code = ENVIRONMENT
     _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
     if code not in (0, 130):
         print_diagnosis(run.dir)
     return code
 
 
+def _left_is_environment(scope: RunScope) -> None:
+    if scope.left:
+        raise EnvError(f"run {scope.run_id} is still on {describe_left(scope.left)}: their endpoints did not "
+                       f"answer; run 'k3lab down {scope.run_id}' again once they do (the run-state remembers them)")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    """Attach mode: the conformance suite against a deployment operators started by hand (no up, no down)."""
+    """Attach mode: the conformance suite against a deployment operators started by hand (no up, no down;
+    only the kit's own helper containers are removed)."""
     from k3lab.model.select import _kv
 
     if not args.inventory:
         raise UsageError("k3lab check: give the lab inventory of the running deployment (-i lab.yaml)")
-    run = attach(args.scenario, args.inventory, _kv(args.option))
-    code = _suite(run, args)
-    run.save("attached")
+    with RunScope(log=_log) as scope:
+        run = attach(args.scenario, args.inventory, _kv(args.option), scope)
+        code = _suite(run, args)
+        run.save("attached")
     _log(f"run {run.id}: conformance exit {code}; evidence in {run.dir}")
     if code not in (0, 130):
         print_diagnosis(run.dir)

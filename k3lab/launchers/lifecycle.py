@@ -1,33 +1,38 @@
-"""Bring a scenario up stage by stage, gate on readiness, collect evidence, always tear down.
+"""Bring a scenario up phase by phase, gate on readiness, collect evidence, always tear down.
 
-``up`` renders and preflights, creates the containers, stages files through the Docker API, then
-starts each stage's processes in parallel and waits for its gates (every wait has a timeout).
-A failing gate names the node and process that is pending or dead, with the tail of its log.
-Teardown (by run label, reverse order) runs on success unless ``--keep``, and always on
-failure, Ctrl-C and SIGTERM.
+``up`` runs the phases of :mod:`k3lab.launchers.pipeline`: render and the static preflight, the
+target's own checks (a lab's preflight and host stage), the containers (created, files staged through
+the target), the target's checks of the started nodes (a lab's hardware stage), then each stage of the
+plan: its processes started in parallel, its gates awaited (every wait has a timeout). A failing gate
+names the node and process that is pending or dead, with the tail of its log. Teardown is not called
+from here and there: each resource registers its removal with the run's
+:class:`~k3lab.launchers.scope.RunScope` when it is created, and the scope removes it on every path
+(success unless ``--keep``, failure, Ctrl-C, SIGTERM).
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import shlex
-import signal
 import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
 from k3lab import formats, waits
-from k3lab.errors import ChecksFailed, EnvError, RunInterrupted, UsageError
-from k3lab.launchers import metrics
-from k3lab.launchers.backends import LABEL, Backend, LabBackend, SimBackend, remove_by_label
-from k3lab.launchers.endpoints import HOST_DEADLINE_S, HTTP, SshOptions, describe, local_client
-from k3lab.launchers.sim import neighbours
+from k3lab.errors import ChecksFailed, RunInterrupted, UsageError
+from k3lab.launchers import findings, metrics, targets
+from k3lab.launchers.backends import remove_by_label
+from k3lab.launchers.endpoints import HTTP, describe, local_client
+from k3lab.launchers.pipeline import Phase, Pipeline
+from k3lab.launchers.scope import Interrupted, RunScope
+from k3lab.launchers.targets import Target
+from k3lab.launchers.targets.lab import AttachedLab, LabTarget
 from k3lab.model import apikey, runs
 from k3lab.model.plan import Gate, Plan, Process
 from k3lab.preflight import checks as preflight
@@ -35,8 +40,7 @@ from k3lab.render import artefacts as render
 
 RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
 
-
-SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
+__all__ = ["RUNS", "GateFailed", "Interrupted", "Run", "attach", "collect", "down", "down_all", "up"]
 
 
 class GateFailed(ChecksFailed, RuntimeError):
@@ -57,10 +61,6 @@ class GateFailed(ChecksFailed, RuntimeError):
         (run_dir / runs.GATE_FAILURE).write_text(apikey.redact(json.dumps(doc, indent=2)))
 
 
-class Interrupted(BaseException):
-    """SIGTERM, handled like Ctrl-C so teardown still runs."""
-
-
 def _log(msg: str) -> None:
     formats.log("k3lab", msg)
 
@@ -71,26 +71,49 @@ class Run:
     dir: Path
     plan: Plan
     rendered: render.Rendered
-    backend: Backend
+    target: Target
     timings: dict[str, float]
+    scope: RunScope
+    pipeline: Pipeline
     # per node: what the guide's interactive shell (~/.bashrc, set_env.sh) adds to a bare docker exec
     shell_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    attached: bool = False
+
+    def __post_init__(self) -> None:
+        # registered first, so it runs last: once everything else is removed, the state says what is left
+        self.scope.on_close(f"run {self.id}'s state", self._record_teardown)
+
+    @property
+    def backend(self) -> Target:
+        """The target (older name, kept for the tools that still say ``run.backend``)."""
+        return self.target
 
     def state(self, status: str) -> dict:
-        return {"version": runs.VERSION, "run": self.id, "status": status, "scenario": self.plan.scenario, "target": self.plan.target,
-                "plan": str(self.dir / "plan.json"), "run_dir": str(self.dir),
-                "containers": {n: c.name for n, c in self.backend.containers.items()},
-                "network": getattr(self.backend, "network_name", None),
-                "endpoints": {n.name: n.endpoint for n in self.plan.nodes},
-                "ssh": getattr(self.backend, "ssh", SshOptions()).as_dict(), "timings": self.timings,
-                "left": self.backend.left}
+        return {"version": runs.VERSION, "run": self.id, "status": status, "scenario": self.plan.scenario,
+                "target": self.plan.target, "plan": str(self.dir / "plan.json"), "run_dir": str(self.dir),
+                "containers": self.target.container_names(), "network": None,
+                "endpoints": {n.name: n.endpoint for n in self.plan.nodes}, "timings": self.timings,
+                "left": self.scope.left or self.target.left, "attached": self.attached,
+                "phases": [r.as_dict() for r in self.pipeline.results], **self.target.state()}
 
     def save(self, status: str) -> None:
         state = runs.RunState.model_validate(self.state(status))  # what every reader will validate
         (self.dir / runs.RUN_STATE).write_text(state.model_dump_json(indent=2))
 
+    def _record_teardown(self) -> dict[str, str]:
+        left = self.scope.left
+        self.timings["teardown_s"] = getattr(self.target, "teardown_s", 0.0)
+        # a hand-started deployment stays up: only the kit's own helpers were removed
+        self.save("attached" if self.attached else "down-incomplete" if left else "down")
+        _log(f"run {self.id}: removed {getattr(self.target, 'removed', 0)} container(s) and the run network in "
+             f"{self.timings['teardown_s']:.1f}s")
+        if left:
+            _log(f"run {self.id}: NOT removed from {describe_left(left)}; 'k3lab down {self.id}' once they answer")
+        return {}
+
 
 # --------------------------------------------------------------------------------- processes
+
 
 
 def pid_file(proc: Process) -> str:
@@ -108,17 +131,13 @@ def start_process(run: Run, proc: Process) -> None:
     pid = pid_file(proc)
     # the environment the guide's interactive shell has in this image (shell parity), then the kit's own
     env = {**run.shell_env.get(proc.node, {}), "K3_PID": pid, "K3_LOG": proc.log, "K3_SCRIPT": script}
-    if run.plan.target == "sim" or any(d.id.startswith("emu-") for d in run.plan.deviations):
-        # the stand-ins' model load, on the sim and the emulated lab alike (its engines run the same stand-in)
-        env["K3SIM_LOAD_SECONDS"] = os.environ.get("K3SIM_LOAD_SECONDS", "0.3")
-        # the stand-in reports the vLLM-Ascend version its guide was validated on
-        env["K3SIM_VLLM_VERSION"] = "0.23.0" if "0.23.0" in run.plan.seed else "0.30.0"
+    env.update(run.target.process_env())
     secret = apikey.get()
     if secret and proc.kind in ("engine", "launcher"):
         env["VLLM_API_KEY"] = secret
     if secret and proc.kind == "proxy":
         env["OPENAI_API_KEY"] = secret
-    run.backend.exec_detached(proc.node, ["bash", "-c", START], env=env, workdir=proc.cwd)
+    run.target.exec_detached(proc.node, ["bash", "-c", START], env=env, workdir=proc.cwd)
 
 
 def alive(run: Run, proc: Process) -> bool:
@@ -138,7 +157,7 @@ def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
         group = by_node[node]
         # each line answers for one process, so a partial answer (exec cut short) still counts for
         # the lines it has; an unanswered process (exec failed, container gone) counts as gone
-        answers = run.backend.exec(node, alive_argv([pid_file(p) for p in group]), timeout=10).output.split()
+        answers = run.target.exec(node, alive_argv([pid_file(p) for p in group]), timeout=10).output.split()
         return {p.id: i < len(answers) and answers[i] == "0" for i, p in enumerate(group)}
 
     result: dict[str, bool] = {}
@@ -158,7 +177,7 @@ def alive_argv(pid_files: list[str]) -> list[str]:
 
 
 def log_tail(run: Run, proc: Process, lines: int = 20) -> str:
-    res = run.backend.exec(proc.node, ["tail", "-n", str(lines), proc.log], timeout=10)
+    res = run.target.exec(proc.node, ["tail", "-n", str(lines), proc.log], timeout=10)
     # a failed tail says why in its own output (no such file); a silent failure says so here
     return res.output if res.ok or res.output.strip() else f"(tail {proc.log} exited {res.rc} with no output)"
 
@@ -187,7 +206,7 @@ def shell_env(run: Run, node) -> dict[str, str]:
     The difference goes to ``evidence/<node>/shell-env.txt``; processes are started with it, so the
     engine scripts see what an operator's ``docker exec -it ... bash`` sees (LD_LIBRARY_PATH,
     LD_PRELOAD, CANN set_env.sh)."""
-    res = run.backend.exec(node.name, ["bash", "-c", SHELL_PARITY], timeout=30)
+    res = run.target.exec(node.name, ["bash", "-c", SHELL_PARITY], timeout=30)
     code = res.rc  # recorded in the evidence; what the shells printed is compared either way
     bare_raw, found, shell_raw = res.output.partition(_SPLIT)
     bare, shell = _env0(bare_raw), _env0(shell_raw) if found else {}
@@ -220,7 +239,7 @@ def _http_200(run: Run, gate: Gate) -> bool:
 
 def _log_line(run: Run, gate: Gate) -> bool:
     proc = next(p for p in run.plan.processes() if p.id == gate.process)
-    return run.backend.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10).ok
+    return run.target.exec(gate.node, ["grep", "-qF", gate.target, proc.log], timeout=10).ok
 
 
 def _proxy_instances(run: Run, gate: Gate) -> bool:
@@ -313,129 +332,128 @@ class Progress:
 # ------------------------------------------------------------------------------------ up/down
 
 
-def _backend(plan: Plan, run_id: str, inv, sim_faults: dict | None = None) -> Backend:
-    if plan.target == "sim":
-        return SimBackend(plan, run_id, inv.sim.subnet, inv.sim.device_subnet, faults=sim_faults)
-    return LabBackend(plan, run_id, SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
-
-
-def _refuse_collision(plan: Plan) -> None:
-
-    if plan.target != "sim":
-        return
-    client = local_client()
-    # ignore_removed: another run sharing the engine (k3lab release) may remove a container between
-    # the list and its inspect, which would otherwise fail this run's start with a 404
-    live = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
-    # runs on other subnets can share the engine (k3lab release runs several at once); one on ours cannot
-    taken, networked = _runs_on_our_subnets(client, plan)
-    live = [c for c in live if c.labels.get(LABEL) in taken or c.labels.get(LABEL) not in networked]
-    if live:
-        runs = sorted({c.labels.get(LABEL) for c in live})
-        raise EnvError(f"run(s) {', '.join(runs)} still up on the local engine; "
-                       f"'k3lab down --all' first (or 'k3lab down RUN')")
-
-
-def _runs_on_our_subnets(client, plan: Plan) -> tuple[set[str | None], set[str | None]]:
-    """(runs whose network holds one of our addresses, runs that have a network at all)."""
-    ours = [ipaddress.ip_address(n.address) for n in plan.nodes if n.address]
-    taken: set[str | None] = set()
-    networked: set[str | None] = set()
-    for net in client.networks.list(filters={"label": LABEL}):
-        label = (net.attrs.get("Labels") or {}).get(LABEL)
-        networked.add(label)
-        for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
-            subnet = ipaddress.ip_network(cfg.get("Subnet", "0.0.0.0/0"), strict=False)
-            if any(a in subnet for a in ours):
-                taken.add(label)
-    return taken, networked
+def _target(plan: Plan, run_id: str, inv, scope: RunScope, sim_faults: dict | None, pull: str,
+            strict: bool) -> Target:
+    cls = targets.get(plan.target)
+    if cls is LabTarget:
+        return LabTarget.for_inventory(plan, run_id, inv, scope, pull=pull, strict=strict)
+    return cls.for_inventory(plan, run_id, inv, scope, faults=sim_faults)
 
 
 def up(scenario: str, inventory_path: str | None, options: dict[str, str], target: str | None,
        keep_on_failure: bool = False, sim_faults: dict | None = None, pull: str = "never", strict: bool = False,
-       stages_only: bool = False) -> Run:
-    """``sim_faults`` (tests and the fault matrix only): simulated faults present from the start.
+       stages_only: bool = False, scope: RunScope | None = None) -> Run:
+    """Render, preflight and bring the plan up, phase by phase (:mod:`k3lab.launchers.pipeline`).
+
+    Every resource is registered with ``scope`` when it is created. Given a scope (``cycle``), the caller's
+    ``with`` closes it; without one, ``up`` makes its own: on failure it is closed here (unless
+    ``keep_on_failure``), on success the run keeps it open until :func:`down`.
+    ``sim_faults`` (tests and the fault matrix only): simulated faults present from the start.
     ``strict``: a preflight warning the inventory does not accept stops the run before anything starts.
     ``stages_only`` (lab): the host and hardware stages, then teardown; no engine starts."""
     from k3lab.model.select import load_inventory
     from k3lab.model.select import target as target_of
 
     tgt = target_of(scenario, target, inventory_path)
-    if stages_only and tgt != "lab":
+    if stages_only and tgt != LabTarget.name:
         raise UsageError("--stages-only proves a lab's hosts and hardware: give the lab inventory (-i lab.yaml)")
     inv, inv_name = load_inventory(scenario, inventory_path)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    own = scope is None
+    scope = scope if scope is not None else RunScope(run_id, _log)
+    scope.run_id = run_id
+    timings: dict[str, float] = {}
+    pipeline = Pipeline(timings)
     started = time.monotonic()
-    rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)
-    checked = _refuse_preflight_errors(rendered, inv, strict)
-    plan = rendered.plan
-    _refuse_collision(plan)
-    if tgt == "sim" and (warning := neighbours.warning([plan])):
+    static: dict = {}
+
+    def render_and_preflight() -> None:
+        rendered = render.build(scenario, inv, options, tgt, inventory_name=inv_name, run_label=run_id)
+        static.update(rendered=rendered, checked=_refuse_preflight_errors(rendered, inv, strict))
+
+    pipeline.run([Phase("render-preflight", render_and_preflight, "render_preflight_s")])
+    plan = static["rendered"].plan
+    tgt_obj = _target(plan, run_id, inv, scope, sim_faults, pull, strict)
+    tgt_obj.refuse_to_start()
+    for warning in tgt_obj.warnings():
         _log(f"WARNING: {warning}")
     run_dir = RUNS / run_id
-    render.write(rendered, run_dir / "rendered")
+    render.write(static["rendered"], run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))
-    (run_dir / "preflight.json").write_text(json.dumps(checked, indent=2) + "\n")  # the reports list its acceptances
-    run = Run(run_id, run_dir, plan, rendered, _backend(plan, run_id, inv, sim_faults), {"render_preflight_s": time.monotonic() - started})
+    (run_dir / "preflight.json").write_text(json.dumps(static["checked"], indent=2) + "\n")  # the reports list its acceptances
+    run = Run(run_id, run_dir, plan, static["rendered"], tgt_obj, timings, scope=scope, pipeline=pipeline)
     run.save("starting")
-    if tgt == "lab":
-        _lab_preflight(run, pull, inv.accept, strict)
-        _host_stage(run)
     _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     progress = Progress()
     try:
-        _create_containers(run)
-        if tgt == "lab":  # NPU and HCCN proven before any engine loads a model (k3lab.launchers.hwstage)
-            from k3lab.launchers import hwstage
-
-            hwstage.gate(run.dir, run.timings)
-            if stages_only:
-                run.timings["up_s"] = time.monotonic() - started
-                run.save("proven")
-                _log(f"run {run_id}: hosts and hardware proven in {run.timings['up_s']:.1f}s; no engine was started")
-                down(run)
-                return run
-        _launch_stages(run, progress)
-        run.timings["up_s"] = time.monotonic() - started
-        run.save("up")
-        _log(f"run {run_id} is up in {run.timings['up_s']:.1f}s; entrypoint {plan.expect.entrypoint}")
-        return run
+        with scope.signals():  # SIGTERM ends the run like Ctrl-C: the except below still runs
+            _bring_up(run, progress, stages_only, started)
     except (Exception, KeyboardInterrupt, Interrupted) as exc:
         progress.stop()
-        collect(run)
-        run.save("failed")
-        if isinstance(exc, GateFailed):
-            exc.record(run.dir)
-        if not keep_on_failure:
-            down(run)
+        _failed(run, exc, keep_on_failure, own)
         if isinstance(exc, (KeyboardInterrupt, Interrupted)):
             raise RunInterrupted("interrupted") from None
         raise
     finally:
         progress.stop()
-        signal.signal(signal.SIGTERM, previous)
+    return run
+
+
+def _bring_up(run: Run, progress: Progress, stages_only: bool, started: float) -> None:
+    target, pipeline = run.target, run.pipeline
+    pipeline.run(target.phases_before_containers(run))
+    pipeline.run([Phase("containers", lambda: _create_containers(run), "containers_s")])
+    pipeline.run(target.phases_after_containers(run))
+    if stages_only:
+        run.timings["up_s"] = time.monotonic() - started
+        run.save("proven")
+        _log(f"run {run.id}: hosts and hardware proven in {run.timings['up_s']:.1f}s; no engine was started")
+        down(run)
+        return
+    pipeline.run(_stage_phases(run, progress))
+    run.timings["up_s"] = time.monotonic() - started
+    run.save("up")
+    _log(f"run {run.id} is up in {run.timings['up_s']:.1f}s; entrypoint {run.plan.expect.entrypoint}")
+
+
+def _failed(run: Run, exc: BaseException, keep: bool, own: bool) -> None:
+    """Evidence and state of a bring-up that stopped, collected before anything is removed; then the
+    scope closes (when ``up`` owns it; else on the caller's ``with`` exit, right after)."""
+    if not run.scope.closed:
+        collect(run)
+    if isinstance(exc, GateFailed):
+        exc.record(run.dir)
+    run.save("failed")
+    if keep:
+        run.scope.keep()
+    if own:
+        run.scope.close()
+
+
+def _stage_phases(run: Run, progress: Progress) -> list[Phase]:
+    """One phase per stage of the plan, in the documented order: its processes started, its gates awaited."""
+    launched: list[str] = []
+    procs = {p.id: p for p in run.plan.processes()}
+
+    def stage_phase(stage) -> Callable[[], None]:
+        def launch() -> None:
+            t = time.monotonic()
+            for pid in stage.processes:
+                start_process(run, procs[pid])
+                launched.append(pid)
+            wait_stage(run, stage, run.target.gate_timeout(stage), progress, launched)
+            _log(f"stage {stage.name}: ready in {time.monotonic() - t:.1f}s")
+
+        return launch
+
+    return [Phase(f"stage-{s.name}", stage_phase(s), f"stage_{s.name}_s") for s in run.plan.stages]
 
 
 def _refuse_preflight_errors(rendered, inv, strict: bool) -> dict:
     """The static preflight; its document (findings, accepted ones) unless it fails, then nothing starts."""
-    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
-    outcome = preflight.judge(findings, inv.accept)
-    _say_outcome(outcome)
-    if outcome.failed(strict):
-        raise ChecksFailed(f"preflight failed with {len(outcome.errors)} error(s)"
-                           f"{f' and {len(outcome.warnings)} warning(s) under --strict' if strict else ''}; "
-                           f"nothing was started")
+    found = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
+    outcome = findings.refuse(found, inv.accept, strict, "preflight")
     return preflight.report(rendered.plan, outcome, strict)
-
-
-def _say_outcome(outcome) -> None:
-    for f in outcome.errors:
-        print(f"ERROR {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
-    for f in outcome.warnings:
-        print(f"WARNING {f.check} [{', '.join(f.nodes)}]: {f.message}", file=sys.stderr)
-    for f, a in outcome.accepted:
-        print(f"ACCEPTED {f.check} [{', '.join(f.nodes)}]: accepted: {a.reason}", file=sys.stderr)
 
 
 def _create_containers(run: Run) -> None:
@@ -443,18 +461,16 @@ def _create_containers(run: Run) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     plan = run.plan
-    t = time.monotonic()
-    run.backend.prepare()
+    run.target.prepare()
     _log(f"creating {len(plan.nodes)} containers")
 
     def bring_up(n) -> None:  # per node, no barrier between the steps (each a round trip on a lab)
-        run.backend.create(n)
-        run.backend.put(n, _node_files(run, n))
-        run.backend.start(n)
+        run.target.create(n)
+        run.target.put(n, _node_files(run, n))
+        run.target.start(n)
 
-    run.backend.parallel(bring_up, plan.nodes)
-    run.backend.after_start()
-    run.timings["containers_s"] = time.monotonic() - t
+    run.target.parallel(bring_up, plan.nodes)
+    run.target.after_start()
     t = time.monotonic()
     with ThreadPoolExecutor(max_workers=8) as pool:
         run.shell_env = dict(zip([n.name for n in plan.nodes], pool.map(lambda n: shell_env(run, n), plan.nodes)))
@@ -462,59 +478,8 @@ def _create_containers(run: Run) -> None:
     run.save("starting")
 
 
-def _launch_stages(run: Run, progress: Progress) -> None:
-    """The plan's stages in the documented order, each process started, then its gates awaited."""
-    plan = run.plan
-    launched: list[str] = []
-    for stage in plan.stages:
-        t = time.monotonic()
-        for pid in stage.processes:
-            start_process(run, next(p for p in plan.processes() if p.id == pid))
-            launched.append(pid)
-        timeout = min(stage.timeout_s, SIM_TIMEOUT_S) if plan.target == "sim" else stage.timeout_s
-        wait_stage(run, stage, timeout, progress, launched)
-        run.timings[f"stage_{stage.name}_s"] = time.monotonic() - t
-        _log(f"stage {stage.name}: ready in {run.timings[f'stage_{stage.name}_s']:.1f}s")
-
-
-def _lab_preflight(run: Run, pull: str, acceptances=(), strict: bool = False) -> None:
-    """Ask every node's endpoint before anything starts (k3lab.launchers.labpreflight); nothing runs on errors."""
-    from k3lab.launchers import labpreflight
-
-    t = time.monotonic()
-    assert isinstance(run.backend, LabBackend)  # the lab target's backend: each node's own endpoint
-    findings = labpreflight.run(run.plan, run.backend.pool, run.id, pull)
-    run.timings["lab_preflight_s"] = time.monotonic() - t
-    (run.dir / "lab-preflight.json").write_text(json.dumps([f.__dict__ for f in findings], indent=2))
-    outcome = preflight.judge(findings, acceptances)
-    _say_outcome(outcome)
-    if outcome.failed(strict):
-        run.save("preflight-failed")
-        raise ChecksFailed(f"lab preflight failed with {len(outcome.errors)} error(s)"
-                           f"{f' and {len(outcome.warnings)} warning(s) under --strict' if strict else ''}; "
-                           f"nothing was started")
-    _log(f"lab preflight: {len(run.plan.nodes)} endpoints checked in {run.timings['lab_preflight_s']:.1f}s")
-
-
-def _host_stage(run: Run) -> None:
-    """Every node's host proven (k3lab.launchers.hoststage) before any container starts; helpers torn down."""
-    from k3lab.launchers import hoststage
-
-    assert isinstance(run.backend, LabBackend)
-    try:
-        hoststage.gate(run.plan, run.backend.pool, run.id, run.dir, run.timings)
-    except ChecksFailed:
-        run.save("host-stage-failed")
-        run.backend.remove_run()  # helper containers carry the run label
-        raise
-
-
-def _on_sigterm(signum, frame):
-    raise Interrupted()
-
-
 def _node_files(run: Run, node) -> dict[str, tuple[bytes, int]]:
-    files = dict(run.backend.stage_extra(node))
+    files = dict(run.target.stage_extra(node))
     for art in node.artefacts:
         if art.path.startswith("/"):
             files[art.path] = (run.rendered.files[node.name][art.name].encode(), art.mode)
@@ -548,18 +513,16 @@ def collect(run: Run) -> None:
     evidence.mkdir(parents=True, exist_ok=True)
 
     def one(node) -> None:
-        if node.name not in run.backend.containers:
+        if not run.target.has(node.name):
             return
         ndir = evidence / node.name
         ndir.mkdir(exist_ok=True)
         try:
-            container = run.backend.containers[node.name]
-            container.reload()
-            (ndir / "inspect.json").write_text(json.dumps(container.attrs, indent=2, default=str))
+            (ndir / "inspect.json").write_text(json.dumps(run.target.inspect(node.name), indent=2, default=str))
             logs = sorted({p.log for p in node.all_processes()})
             script, token = batch_script([f"cat {shlex.quote(log)}" for log in logs] + [OPEN_SOCKETS])
             # the batch frames each command's own rc and output: the exec's status adds nothing
-            parts = split_batch(run.backend.exec(node.name, ["sh", "-c", script], timeout=30).output, token,
+            parts = split_batch(run.target.exec(node.name, ["sh", "-c", script], timeout=30).output, token,
                                 len(logs) + 1)
             for log, got in zip(logs, parts):
                 (ndir / Path(log).name).write_text(apikey.redact(got[1] + got[2] if got else "(no answer)\n"))
@@ -587,7 +550,7 @@ def collect(run: Run) -> None:
 
     t = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as pool:  # independent reads; each waits on other nodes
-        per_node = pool.submit(run.backend.parallel, one, run.plan.nodes, run.backend.host_deadline)
+        per_node = pool.submit(run.target.parallel, one, run.plan.nodes, run.target.host_deadline)
         others = [pool.submit(versions), pool.submit(metrics)]
         for node, why in per_node.result().items():  # a host that did not answer: named, the rest collected
             _log(f"evidence: {why}")
@@ -599,17 +562,10 @@ def collect(run: Run) -> None:
 
 
 def down(run: Run) -> dict[str, str]:
-    """Remove the run from every host that answers; the nodes left behind (node -> endpoint), also kept in
-    the run-state so ``k3lab down RUN`` finishes the job once they answer."""
-    t = time.monotonic()
-    removed = run.backend.remove_run()
-    run.timings["teardown_s"] = time.monotonic() - t
-    left = run.backend.left
-    run.save("down-incomplete" if left else "down")
-    _log(f"run {run.id}: removed {len(removed)} container(s) and the run network in {run.timings['teardown_s']:.1f}s")
-    if left:
-        _log(f"run {run.id}: NOT removed from {describe_left(left)}; 'k3lab down {run.id}' once they answer")
-    return left
+    """Close the run's scope: everything it created removed from every host that answers. The nodes
+    left behind (node -> endpoint), also kept in the run-state so ``k3lab down RUN`` finishes the job
+    once they answer."""
+    return run.scope.close()
 
 
 def describe_left(left: dict[str, str]) -> str:
@@ -624,51 +580,31 @@ def down_all() -> int:
     return 0
 
 
-class _AttachedRun(Run):
-    """A deployment started by hand: every planned node's container, found or not, is in the state."""
-
-    def state(self, status: str) -> dict:
-        st = super().state(status)
-        st["containers"] = {n.name: n.container.name for n in self.plan.nodes}
-        st["attached"] = True
-        return st
-
-
-def attach(scenario: str, inventory_path: str, options: dict[str, str]) -> Run:
-    """Find a hand-started deployment on the inventory's endpoints: nothing is created or started."""
+def attach(scenario: str, inventory_path: str, options: dict[str, str], scope: RunScope) -> Run:
+    """Find a hand-started deployment on the inventory's endpoints: nothing is created or started, and
+    ``scope`` removes only what the kit adds (the host stage's helper containers)."""
+    from k3lab.launchers import hoststage, hwstage
     from k3lab.model.select import load_inventory
 
     inv, inv_name = load_inventory(scenario, inventory_path)
     run_id = "attach-" + time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    scope.run_id = run_id
     rendered = render.build(scenario, inv, options, "lab", inventory_name=inv_name)
     plan = rendered.plan
     run_dir = RUNS / run_id
     render.write(rendered, run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))
-    backend = LabBackend(plan, run_id, SshOptions(inv.lab.known_hosts, inv.lab.identity_file))
-    run = _AttachedRun(run_id, run_dir, plan, rendered, backend, {})
-    import docker
-
-    def find(node) -> None:
-        try:
-            backend.containers[node.name] = backend.client(node).containers.get(node.container.name)
-        except docker.errors.NotFound:
-            _log(f"{node.name} ({describe(node.endpoint)}): container {node.container.name} not found")
-        except Exception as exc:
-            _log(f"{node.name} ({describe(node.endpoint)}): endpoint {node.endpoint} failed: {exc}")
-
-    for why in backend.parallel(find, plan.nodes, HOST_DEADLINE_S).values():
-        _log(why)
+    target = AttachedLab.for_inventory(plan, run_id, inv, scope)
+    timings: dict[str, float] = {}
+    run = Run(run_id, run_dir, plan, rendered, target, timings, scope=scope, pipeline=Pipeline(timings), attached=True)
+    target.find()
     run.save("attached")
-    from k3lab.launchers import hoststage
-
-    hoststage.gate(plan, backend.pool, run_id, run_dir, run.timings)  # attach mode proves the hosts first,
-    from k3lab.launchers import hwstage
-
+    target.touch(plan.nodes)  # the host stage's helpers carry the run label
+    hoststage.gate(plan, target.pool, run_id, run_dir, run.timings)  # attach mode proves the hosts first,
     try:  # then the hardware, before the suite
         hwstage.gate(run_dir, run.timings)
     except hwstage.HardwareStageFailed as exc:  # a running deployment is reported on, never stopped: the suite
         _log(f"{exc}\n(attach mode: the suite runs anyway and reports these checks with the rest)")
-    _log(f"attached {run_id}: {scenario}, {len(backend.containers)}/{len(plan.nodes)} containers found, "
+    _log(f"attached {run_id}: {scenario}, {len(target.containers)}/{len(plan.nodes)} containers found, "
          f"run dir {run_dir}")
     return run

@@ -92,8 +92,9 @@ def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatc
     container spec drops those three and mounts the host's programs instead; everything else
     (endpoint per node, host network, shm, labels, staging, exec, teardown by label) is the lab path.
     """
-    from k3lab.launchers.backends import LabBackend
+    from k3lab.launchers.scope import RunScope
     from k3lab.launchers.sim import image
+    from k3lab.launchers.targets.lab import LabTarget
     from k3lab.model import inventory
     from k3lab.model.plan import Mount
     from k3lab.render import artefacts as render
@@ -110,7 +111,8 @@ def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatc
         c = node.container
         c.image, c.privileged, c.devices = ref, False, []
         c.mounts = [Mount(source=m["Source"], target=m["Target"], read_only=True) for m in image.host_mounts()]
-    backend = LabBackend(plan, "labtest")
+    scope = RunScope("labtest")
+    backend = LabTarget(plan, "labtest", scope)
     try:
         backend.parallel(backend.create, plan.nodes)
         backend.parallel(lambda n: backend.put(n, {"/root/k3lab/hello.txt": (n.name.encode(), 0o644)}), plan.nodes)
@@ -122,5 +124,6 @@ def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatc
             assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["ShmSize"] == 1 << 30
             assert attrs["Config"]["Labels"]["k3lab.run"] == "labtest"
     finally:
-        removed = backend.remove_run()
-    assert len(removed) == len(plan.nodes)
+        assert scope.registered(), "creating a container registers its removal"
+        assert scope.close() == {}
+    assert backend.removed == len(plan.nodes)

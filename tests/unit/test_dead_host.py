@@ -195,7 +195,10 @@ def test_lab_exec_names_a_host_that_stops_answering_and_fails_at_once_after(monk
     from k3lab.render import artefacts as render
 
     plan = render.build("a3_pd", faults.siminventory.default("a3_pd"), target="lab").plan
-    backend = backends.LabBackend(plan, "r1")
+    from k3lab.launchers.scope import RunScope
+    from k3lab.launchers.targets import base, lab
+
+    backend = lab.LabTarget(plan, "r1", RunScope("r1"))
     calls = []
 
     def silent(*a, **k):
@@ -203,7 +206,7 @@ def test_lab_exec_names_a_host_that_stops_answering_and_fails_at_once_after(monk
         raise endpoints.requests.exceptions.ReadTimeout("Read timed out. (read timeout=120)")
 
     monkeypatch.setattr(backend.pool, "get", lambda ep: ClientPool._refuse_unreachable(backend.pool, ep))
-    monkeypatch.setattr(backends, "docker_exec", silent)
+    monkeypatch.setattr(base, "docker_exec", silent)
     backend.containers["d1"] = type("C", (), {"client": type("K", (), {"api": None})(), "id": "x"})()
     where = f"d1 ({endpoints.describe(plan.node('d1').endpoint)})"
     for _ in range(2):

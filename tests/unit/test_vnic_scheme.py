@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from k3lab.launchers import backends, labemu
+from k3lab.launchers import labemu
 from k3lab.launchers.sim.image import sim_hw
+from k3lab.launchers.targets.sim import SimTarget
 from k3lab.model import siminventory
 from k3lab.model.inventory import Inventory
 from k3lab.render import artefacts
@@ -43,7 +44,7 @@ def test_addresses_outside_the_scheme_are_no_die(address):
 def test_sim_node_files_key_super_pods_by_the_scheme_and_carry_no_vnic(node_of):
     inv = Inventory.model_validate(siminventory.default("a3_pd_1m").model_dump())
     plan = artefacts.build("a3_pd_1m", inv, {}, "sim").plan
-    backend = backends.SimBackend.__new__(backends.SimBackend)  # no engine: only the node files are built
+    backend = SimTarget.__new__(SimTarget)  # no engine: only the node files are built
     backend.plan, backend.faults, backend.device_subnet = plan, {"super_pod": {plan.nodes[1].name: 1}}, "172.29.0.0/16"
     nodes = [json.loads(backend.stage_extra(n)["/etc/k3lab-sim/node.json"][0]) for n in plan.nodes]
     assert not any("vnic_ip" in d for hw in nodes for d in hw["devices"])

@@ -1,0 +1,41 @@
+"""The targets a run can be brought up on, one module each, behind one interface (:class:`Target`).
+
+``sim`` (:mod:`.sim`): every node a container on the local engine. ``lab`` (:mod:`.lab`): every node its
+own Docker endpoint, with the lab's preflight, host stage and hardware stage. A new target (Kubernetes)
+is one more module that subclasses :class:`~k3lab.launchers.targets.base.Target` and registers itself;
+the lifecycle asks the registry, never ``if target == ...``.
+"""
+from __future__ import annotations
+
+from k3lab.errors import UsageError
+from k3lab.launchers.targets.base import DockerTarget, Target
+
+REGISTRY: dict[str, type[Target]] = {}
+
+
+def register(cls: type[Target]) -> type[Target]:
+    """Class decorator: ``cls.name`` becomes a target of ``--target``."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get(name: str) -> type[Target]:
+    _load()
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UsageError(f"unknown target {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def names() -> list[str]:
+    _load()
+    return sorted(REGISTRY)
+
+
+def _load() -> None:
+    # the built-in targets register on import; imported here, not at the top, so that the registry module
+    # itself stays importable without docker-py (the CLI lists targets in its help)
+    from k3lab.launchers.targets import lab, sim  # noqa: F401
+
+
+__all__ = ["DockerTarget", "REGISTRY", "Target", "get", "names", "register"]
