@@ -290,7 +290,7 @@ def _outcome(report) -> str | None:
 
 def _finish(row: dict[str, Any]) -> dict[str, Any]:
     props = row["properties"]
-    param = row["nodeid"].rsplit("[", 1)[1][:-1] if row["nodeid"].endswith("]") else None
+    param = checks.param_of(row["nodeid"])  # also under --dist loadgroup, whose node ids end in @<group>
     return {"nodeid": row["nodeid"], "area": props.get("conformance.area", "other"),
             "id": props.get("conformance.id"), "must": props.get("conformance.must", ""),
             "node": props.get("conformance.node"), "param": param, "outcome": row["outcome"],

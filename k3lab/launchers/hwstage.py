@@ -49,11 +49,14 @@ def bound_s(device_counts: list[int]) -> int:
 
 
 class HardwareStageFailed(ChecksFailed):
-    """A hardware check failed before launch (exit 1); ``failures``: (check id, first line of its message)."""
+    """A hardware check failed before launch (exit 1); ``failures``: (test name, first line of its message);
+    ``checks``: (check key ``id[param]``, its message) from the stage's conformance-results.json."""
 
-    def __init__(self, message: str, failures: list[tuple[str, str]]) -> None:
+    def __init__(self, message: str, failures: list[tuple[str, str]],
+                 checks: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.failures = failures
+        self.checks = checks or []
 
 
 def failures(junit: Path) -> list[tuple[str, str]]:
@@ -75,6 +78,17 @@ def held_back(junit: Path) -> list[str]:
             if "hardware stage: " in reason:
                 out.append(f"{case.get('name', '?')}: {reason[reason.index('hardware stage: '):][:300]}")
     return out
+
+
+def failed_checks(run_dir: Path) -> list[tuple[str, str]]:
+    """(check key, message) per failed check of the stage, by the check id its result row carries."""
+    from k3lab.model import checks, runs
+
+    results = run_dir / runs.RESULTS
+    try:
+        return sorted(checks.failed_checks(results).items()) if results.is_file() else []
+    except (OSError, ValueError):  # unreadable results: the JUnit names still say what failed
+        return []
 
 
 def _plan(run_dir: Path):
@@ -124,4 +138,5 @@ def gate(run_dir: Path, timings: dict[str, float]) -> None:
     where = _hosts(plan)
     lines = "\n".join([f"  {name}: {msg}{_named(msg, where)}" for name, msg in found] +
                       [f"  ({note})" for note in held_back(junit)])
-    raise HardwareStageFailed(f"hardware stage failed ({len(found)} check(s)); nothing was launched:\n{lines}", found)
+    raise HardwareStageFailed(f"hardware stage failed ({len(found)} check(s)); nothing was launched:\n{lines}", found,
+                              failed_checks(run_dir))

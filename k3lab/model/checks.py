@@ -187,3 +187,45 @@ def duplicates(checks: list[CheckInfo]) -> list[str]:
     from collections import Counter
 
     return sorted(cid for cid, n in Counter(c.id for c in checks).items() if n > 1)
+
+
+# ------------------------------------------------------------------------------------- results
+
+
+def base_id(key: str) -> str:
+    """The check id of a result key: ``hccl.test_hccn_links_up[p1]`` -> ``hccl.test_hccn_links_up``."""
+    return key.split("[", 1)[0]
+
+
+_PARAM = re.compile(r"\[(.*)\](@[^\[\]@]*)?$")  # test[param], maybe with xdist loadgroup's @group after it
+
+
+def param_of(nodeid: str) -> str | None:
+    """The parameter of a node id (``...::test_x[d1]`` or, under ``--dist loadgroup``, ``...[d1]@d1``)."""
+    m = _PARAM.search(nodeid.rsplit("::", 1)[-1])
+    return m.group(1) if m else None
+
+
+def result_key(row: dict) -> str:
+    """A result row's key in fault rows and stage messages: its check id, with its parameter when it has one
+    (``npu.test_npu_smi_devices_healthy[d1]``); a row with no id (a collection error) keeps its node id."""
+    cid = row.get("id") or (row.get("properties") or {}).get("conformance.id")
+    if not cid:
+        return str(row.get("nodeid") or "<collection>")
+    param = row.get("param") or param_of(str(row.get("nodeid") or ""))
+    return f"{cid}[{param}]" if param else str(cid)
+
+
+def failed_checks(results: Path) -> dict[str, str]:
+    """Failed or errored check key -> its message (and evidence properties), from a
+    ``conformance-results.json``; the check id comes from the row, never from a JUnit test name."""
+    import json
+
+    doc = json.loads(results.read_text())
+    out = {}
+    for row in doc.get("tests", []) if isinstance(doc, dict) else []:
+        if isinstance(row, dict) and row.get("outcome") in ("failed", "error"):
+            props = row.get("properties") or {}
+            extra = [str(v) for k, v in props.items() if not str(k).startswith("conformance.")]
+            out[result_key(row)] = "\n".join([str(row.get("message", "")), *extra])
+    return out

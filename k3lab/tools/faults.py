@@ -1,5 +1,10 @@
 """The fault catalog: every known failure mode, how it is injected, and which checks must fail.
 
+A row names what must fail by check id (the registry, :mod:`k3lab.model.checks`; ``k3lab checks``
+lists each check with the rows that prove it): ``PF-*``, ``LPF-*``, ``HST-*``, or a suite check's id with
+its parameter (``npu.test_npu_smi_devices_healthy[d1]``), as read from the run's conformance-results.json;
+or ``gate:<stage>`` for a readiness gate.
+
 Static faults mutate an inventory, a plan or a rendered file and are caught by preflight.
 Live faults run on the simulator: injected at start (simulated hardware, container settings, a
 port held before the engines start) or into a running deployment (``k3sim-fault`` in a node,
@@ -17,15 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from k3lab import formats, paths
+from k3lab import formats
 from k3lab.conformance import toolparse
 from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
-from k3lab.model import siminventory
+from k3lab.model import checks, runs, siminventory
 from k3lab.model.inventory import Inventory
 from k3lab.preflight import checks as preflight
+from k3lab.preflight import registry
 from k3lab.render import artefacts as render
-from k3lab.reports.report import read_junit
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Fault:
     id: str
     mode: str  # the failure mode, with the prior-art number where one exists
     scenario: str
-    expect: frozenset[str]  # preflight check ids, "gate:<stage>", or conformance test ids
+    expect: frozenset[str]  # check ids (a suite check's with its [param]), or "gate:<stage>"
     mutate: Callable[[], render.Rendered] | None = None  # static
     at_start: dict = field(default_factory=dict)  # live, before the stages: {"hw": {node: faults}, ...}
     running: list[tuple[str, list[str]]] = field(default_factory=list)  # live: (node, command) after up
@@ -50,17 +55,27 @@ class Fault:
 
     @property
     def hardware(self) -> bool:
-        """A host row the hardware stage judges: it expects conformance test ids, not HST-* findings."""
-        return any(e.startswith("test_") for e in self.expect)
+        """A host row the hardware stage judges: it expects the suite's checks, not HST-* findings."""
+        return any(registry.stage_of(e, _known()) in ("hardware", "conformance") for e in self.expect)
 
     @property
     def lab_preflight(self) -> bool:
         """A host row the lab preflight judges (LPF-* findings, before the host stage)."""
-        return any(e.startswith("LPF-") for e in self.expect)
+        return any(registry.stage_of(e, _known()) == "lab" for e in self.expect)
 
     @property
     def kind(self) -> str:
         return "static" if self.mutate else "lab" if self.lab else "host" if self.host else "live"
+
+
+_KNOWN: dict = {}
+
+
+def _known() -> dict:
+    """The registry by id, read once (the suite's marks are parsed from its files)."""
+    if not _KNOWN:
+        _KNOWN.update(registry.by_id())
+    return _KNOWN
 
 
 # ------------------------------------------------------------------------- static mutations
@@ -315,11 +330,11 @@ STATIC = [
 _TEMPLATE = "/root/k3lab/run_dp_template.sh"
 _START = "/root/k3lab/start_engine.sh"
 # an edited script on a node no longer equals the rendered one: the golden check sees it too
-_EDITED_D = {f"test_staged_artefacts_match_rendered[d{i}]" for i in range(4)}
+_EDITED_D = {f"golden.test_staged_artefacts_match_rendered[d{i}]" for i in range(4)}
 # Conformance test ids a broken PD request path fails (all go through the proxy).
 # (the external-cache check measures producers on the pool, so it does not apply to a3_pd_1m)
-_PD_REQUESTS = {"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced",
-                "test_streaming_content_is_clean", "test_image_request", "test_openai_client_parses_responses"}
+_PD_REQUESTS = {"parsers.test_reasoning_is_parsed", "parsers.test_tool_call", "parsers.test_tool_call_not_forced",
+                "parsers.test_streaming_content_is_clean", "images.test_image_request", "parsers.test_openai_client_parses_responses"}
 
 def _unreachable_from_all(sid: str, node: str, dev: int) -> dict:
     """Every other node of the scenario loses the path to ``node``'s device ``dev`` (reverted in place)."""
@@ -356,209 +371,210 @@ def _hw(node: str, path: str, value: str) -> dict:
 
 
 LIVE = [
-    Fault("L-DEVICE-ALARM", "F15 NPU health Alarm", "a3_pd_1m", S({"test_npu_smi_devices_healthy[d1]"}),
+    Fault("L-DEVICE-ALARM", "F15 NPU health Alarm", "a3_pd_1m", S({"npu.test_npu_smi_devices_healthy[d1]"}),
           running=[("d1", ["k3sim-fault", "set", "devices.3.health", "Alarm"])],
           revert=[("d1", ["k3sim-fault", "clear", "devices.3.health"])]),
     Fault("L-LINK-DOWN", "F5 device link DOWN (net health follows)", "a3_pd_1m",
-          S({"test_hccn_links_up[p1]", "test_hccn_net_health[p1]", "test_hccn_lldp[p1]"}),
+          S({"hccl.test_hccn_links_up[p1]", "hccl.test_hccn_net_health[p1]", "hccl.test_hccn_lldp[p1]"}),
           running=[("p1", ["k3sim-fault", "set", "devices.2.link", "DOWN"])],
           revert=[("p1", ["k3sim-fault", "clear", "devices.2.link"])]),
-    Fault("L-NET-HEALTH", "F5 device net health Fault", "a3_pd_1m", S({"test_hccn_net_health[d0]"}),
+    Fault("L-NET-HEALTH", "F5 device net health Fault", "a3_pd_1m", S({"hccl.test_hccn_net_health[d0]"}),
           running=[("d0", ["k3sim-fault", "set", "devices.5.net_health", "Fault"])],
           revert=[("d0", ["k3sim-fault", "clear", "devices.5.net_health"])]),
-    Fault("L-TLS", "TLS switch differs on one device", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
+    Fault("L-TLS", "TLS switch differs on one device", "a3_pd_1m", S({"hccl.test_hccn_tls_consistent"}),
           running=[("p2", ["k3sim-fault", "set", "devices.1.tls_switch", "1"])],
           revert=[("p2", ["k3sim-fault", "clear", "devices.1.tls_switch"])]),
     # Reachability samples every device as a source and as a target once per run, in a rotation; a
     # device that no other node reaches is caught whatever the rotation. On-sample d0/0, off-sample p2/11.
-    Fault("L-PEER-UNREACHABLE", "F5 peer device unreachable", "a3_pd_1m", S({"test_cross_node_reachability"}),
+    Fault("L-PEER-UNREACHABLE", "F5 peer device unreachable", "a3_pd_1m", S({"hccl.test_cross_node_reachability"}),
           **_unreachable_from_all("a3_pd_1m", "d0", 0),
           message="-> d0 device 0 (-hccs_ping"),
     Fault("L-PEER-UNREACHABLE-OFF", "F5 peer device unreachable (another node, another device)", "a3_pd_1m",
-          S({"test_cross_node_reachability"}), **_unreachable_from_all("a3_pd_1m", "p2", 11),
+          S({"hccl.test_cross_node_reachability"}), **_unreachable_from_all("a3_pd_1m", "p2", 11),
           message="-> p2 device 11 (-hccs_ping"),
     # One device pair only: every device is pinged from every other node (the second round), so a
     # path lost between two particular nodes is caught in the run where it exists, whatever the rotation.
     Fault("L-PAIR-UNREACHABLE", "F5 one node cannot reach one device of another (all other paths fine)", "a3_pd_1m",
-          S({"test_cross_node_reachability"}),
+          S({"hccl.test_cross_node_reachability"}),
           running=[("p1", ["k3sim-fault", "add", "unreachable", "@vnic:d2:9"])],
           revert=[("p1", ["k3sim-fault", "clear", "unreachable"])], message="-> d2 device 9 (-hccs_ping"),
     Fault("L-PAIR-UNREACHABLE-OFF", "F5 one node cannot reach one device of another (other nodes, device 0)",
-          "a3_pd_1m", S({"test_cross_node_reachability"}),
+          "a3_pd_1m", S({"hccl.test_cross_node_reachability"}),
           running=[("d3", ["k3sim-fault", "add", "unreachable", "@vnic:p0:0"])],
           revert=[("d3", ["k3sim-fault", "clear", "unreachable"])], message="-> p0 device 0 (-hccs_ping"),
     # The rest of the guides' §3.2 procedure, each check on-sample and off-sample (another node, device).
-    Fault("L-LLDP", "a device learns no switch port over LLDP (link UP)", "a3_pd_1m", S({"test_hccn_lldp[p2]"}),
+    Fault("L-LLDP", "a device learns no switch port over LLDP (link UP)", "a3_pd_1m", S({"hccl.test_hccn_lldp[p2]"}),
           **_hw("p2", "devices.5.no_lldp", "true"), message="p2: device(s) [5] learn no switch port over LLDP"),
-    Fault("L-LLDP-OFF", "no LLDP neighbour (another node, another device)", "a3_pd_1m", S({"test_hccn_lldp[d1]"}),
+    Fault("L-LLDP-OFF", "no LLDP neighbour (another node, another device)", "a3_pd_1m", S({"hccl.test_hccn_lldp[d1]"}),
           **_hw("d1", "devices.14.no_lldp", "true"), message="d1: device(s) [14] learn no switch port"),
     Fault("L-NETDETECT", "a device without its netdetect address (0.0.0.0)", "a3_pd_1m",
-          S({"test_hccn_netdetect_gateway[d0]"}), **_hw("d0", "devices.3.no_netdetect", "true"),
+          S({"hccl.test_hccn_netdetect_gateway[d0]"}), **_hw("d0", "devices.3.no_netdetect", "true"),
           message="netdetect address unset on device(s) [3]"),
     Fault("L-GATEWAY-OFF", "a device without its default gateway (another node, another device)", "a3_pd_1m",
-          S({"test_hccn_netdetect_gateway[p3]"}), **_hw("p3", "devices.10.no_gateway", "true"),
+          S({"hccl.test_hccn_netdetect_gateway[p3]"}), **_hw("p3", "devices.10.no_gateway", "true"),
           message="default gateway unset on [10]"),
     Fault("L-HCCN-CONF", "/etc/hccn.conf in a container lacks a device's address", "a3_pd_1m",
-          S({"test_hccn_conf_names_every_device[d2]"}), **_conf_line_gone("d2", 6),
+          S({"hccl.test_hccn_conf_names_every_device[d2]"}), **_conf_line_gone("d2", 6),
           message="d2: /etc/hccn.conf names no address for device(s) [6]"),
     Fault("L-HCCN-CONF-OFF", "/etc/hccn.conf lacks a device's address (another node, device 0)", "a3_pd_1m",
-          S({"test_hccn_conf_names_every_device[p0]"}), **_conf_line_gone("p0", 0),
+          S({"hccl.test_hccn_conf_names_every_device[p0]"}), **_conf_line_gone("p0", 0),
           message="/etc/hccn.conf names no address for device(s) [0]"),
-    Fault("L-SPOD-INFO", "an A3 node's driver answers no spod-info", "a3_pd_1m", S({"test_spod_info[p1]"}),
+    Fault("L-SPOD-INFO", "an A3 node's driver answers no spod-info", "a3_pd_1m", S({"hccl.test_spod_info[p1]"}),
           **_hw("p1", "spod_unsupported", "true"), message="p1: npu-smi info -t spod-info -i 0 -c 0 gave no"),
     Fault("L-SPOD-INFO-OFF", "no spod-info on another node (a Decode; spod-info is per node)", "a3_pd_1m",
-          S({"test_spod_info[d3]"}), **_hw("d3", "spod_unsupported", "true"),
+          S({"hccl.test_spod_info[d3]"}), **_hw("d3", "spod_unsupported", "true"),
           message="d3: npu-smi info -t spod-info -i 0 -c 0 gave no"),
     # Off-sample variants of the hardware faults above: another node, another device index.
     Fault("L-DEVICE-ALARM-OFF", "F15 NPU health Alarm (another node, another device)", "a3_pd_1m",
-          S({"test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),
+          S({"npu.test_npu_smi_devices_healthy[p0]"}), **_hw("p0", "devices.12.health", "Alarm"),
           message="device(s) [12] report health ['Alarm'], expected OK"),
     Fault("L-NPU-MISSING", "a die the driver no longer lists (npu-smi prints 15 of 16 rows)", "a3_pd_1m",
-          S({"test_npu_smi_devices_healthy[d2]"}), **_hw("d2", "devices.9.missing", "true"),
+          S({"npu.test_npu_smi_devices_healthy[d2]"}), **_hw("d2", "devices.9.missing", "true"),
           message="prints 15 health rows, expected 16 for A3 (one per die)"),
     Fault("L-NPU-MISSING-OFF", "a die the driver no longer lists (another node, device 0)", "a3_pd_1m",
-          S({"test_npu_smi_devices_healthy[p3]"}), **_hw("p3", "devices.0.missing", "true"),
+          S({"npu.test_npu_smi_devices_healthy[p3]"}), **_hw("p3", "devices.0.missing", "true"),
           message="prints 15 health rows, expected 16"),
     Fault("L-LINK-DOWN-OFF", "F5 device link DOWN (another node, another device)", "a3_pd_1m",
-          S({"test_hccn_links_up[d3]", "test_hccn_net_health[d3]", "test_hccn_lldp[d3]"}),
+          S({"hccl.test_hccn_links_up[d3]", "hccl.test_hccn_net_health[d3]", "hccl.test_hccn_lldp[d3]"}),
           **_hw("d3", "devices.15.link", "DOWN"), message="d3: link DOWN on device(s) [15]"),
     Fault("L-NET-HEALTH-OFF", "F5 device net health Fault (another node, another device)", "a3_pd_1m",
-          S({"test_hccn_net_health[p2]"}), **_hw("p2", "devices.11.net_health", "Fault"),
+          S({"hccl.test_hccn_net_health[p2]"}), **_hw("p2", "devices.11.net_health", "Fault"),
           message="state {11: 'Fault'}"),
-    Fault("L-TLS-OFF", "TLS switch differs (another node, another device)", "a3_pd_1m", S({"test_hccn_tls_consistent"}),
+    Fault("L-TLS-OFF", "TLS switch differs (another node, another device)", "a3_pd_1m", S({"hccl.test_hccn_tls_consistent"}),
           **_hw("d3", "devices.14.tls_switch", "1"), message="('d3', 14)"),
     Fault("L-TLS-UNPARSED", "hccn_tool -tls -g fails on one device (no tls switch printed)", "a3_pd_1m",
-          S({"test_hccn_tls_consistent"}),
+          S({"hccl.test_hccn_tls_consistent"}),
           **_hw("d1", "devices.6.tls_error", "dsmi_get_tls_cfg failed, ret = 87"),
           message="unparsed output of hccn_tool -tls -g on (node, device) [('d1', 6)]"),
     # A3 checks -vnic: a die without a vNIC address fails the address check and, as every device is
     # a source and a target once per run, the reachability check names it too. On-sample d1/4, off p3/13.
     Fault("L-DEVICE-ADDR", "a die without its vNIC address (hccn_tool prints 0.0.0.0)", "a3_pd_1m",
-          S({"test_hccn_device_addresses[d1]", "test_cross_node_reachability"}), **_hw("d1", "devices.4.no_vnic", "true"),
+          S({"hccl.test_hccn_device_addresses[d1]", "hccl.test_cross_node_reachability"}), **_hw("d1", "devices.4.no_vnic", "true"),
           message="d1 device 4: no address (vnic ipaddr 0.0.0.0)"),
     Fault("L-DEVICE-ADDR-OFF", "a die without its vNIC address (another node, another device)", "a3_pd_1m",
-          S({"test_hccn_device_addresses[p3]", "test_cross_node_reachability"}), **_hw("p3", "devices.13.no_vnic", "true"),
+          S({"hccl.test_hccn_device_addresses[p3]", "hccl.test_cross_node_reachability"}), **_hw("p3", "devices.13.no_vnic", "true"),
           message="p3 device 13: no address (vnic ipaddr 0.0.0.0)"),
     # The vNIC link can be DOWN while an address is set (hccn_tool prints both): the address check
     # names it, and reachability finds no usable vNIC to ping there.
     Fault("L-VNIC-LINK-DOWN", "a die's vNIC link DOWN with its address set", "a3_pd_1m",
-          S({"test_hccn_device_addresses[d2]", "test_cross_node_reachability"}),
+          S({"hccl.test_hccn_device_addresses[d2]", "hccl.test_cross_node_reachability"}),
           **_hw("d2", "devices.7.vnic_link", "DOWN"), message="d2 device 7: vnic link DOWN (address "),
     # -hccs_ping answers a busy device "The device is occupied. Please try again later." and did
     # nothing: the check retries it, so a device busy for a while passes and one that stays busy fails.
     Fault("L-HCCS-BUSY-CLEARS", "healthy control: -hccs_ping busy three times, then answering (the retry passes)", "a3_pd_1m", S(),
           **_hw("p1", "devices.5.hccs_busy", "3")),
-    Fault("L-HCCS-BUSY", "-hccs_ping busy on every try", "a3_pd_1m", S({"test_cross_node_reachability"}),
+    Fault("L-HCCS-BUSY", "-hccs_ping busy on every try", "a3_pd_1m", S({"hccl.test_cross_node_reachability"}),
           **_hw("p1", "devices.5.hccs_busy", "always"),
           message="still busy after the retries: 'The device is occupied"),
     # A table row no reader knows fails the health check as unparsed output, never as healthy.
     Fault("L-NPU-SMI-UNPARSED", "npu-smi info prints a row the readers cannot read", "a3_pd_1m",
-          S({"test_npu_smi_devices_healthy[p2]"}), **_hw("p2", "npu_smi.table", "garbled"),
+          S({"npu.test_npu_smi_devices_healthy[p2]"}), **_hw("p2", "npu_smi.table", "garbled"),
           message="p2: unparsed output of npu-smi info"),
     # A2 checks -ip: a device with no IP also reports net health Init (it cannot reach its netdetect address)
     Fault("L-DEVICE-IP-A2", "an A2 NPU without its device IP", "k3_a2_mixed",
-          S({"test_hccn_device_addresses[node2]", "test_hccn_net_health[node2]", "test_cross_node_reachability"}),
+          S({"hccl.test_hccn_device_addresses[node2]", "hccl.test_hccn_net_health[node2]", "hccl.test_cross_node_reachability"}),
           **_hw("node2", "devices.5.no_ip", "true"), message="node2 device 5: no address (none preset)"),
     # vLLM closes the DP RPC port after the handshake: a listener there after start-up is another process
     Fault("L-DP-RPC-HELD", "the DP RPC port listens after start-up (a stray process holds it)", "k3_a3_mixed",
-          S({"test_startup_ports_closed[node0]"}), **_stray_listener("node0", 12345),
+          S({"ranks-ports.test_startup_ports_closed[node0]"}), **_stray_listener("node0", 12345),
           message="seen listening: DP RPC (--data-parallel-rpc-port) 12345 of node0/engine"),
-    Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"test_headless_nodes_expose_no_api"}),
+    Fault("L-HEADLESS-API", "a headless node exposes an API", "a3_pd_1m", S({"ranks-ports.test_headless_nodes_expose_no_api"}),
           **_stray("p2", "http-8000", "python3 -m http.server 8000"), message="p2:8000 answered"),
     # Real vLLM fails a request whose KV the Decode cannot load (kv_load_failure_policy defaults to
     # "fail"), so every PD request fails and each Decode/Prefill pair is named. The external-cache check
     # measures pool producers (Decode counts every pull as hits): a3_pd_1m has no pool, it does not apply.
     Fault("L-KV-HANDSHAKE", "F8 Mooncake handshake dropped", "a3_pd_1m",
-          S(_PD_REQUESTS | {"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          S(_PD_REQUESTS | {"request-paths.test_decode_pulls_kv_from_every_prefill", "request-paths.test_proxy_reaches_every_engine"}),
           running=[("p0", ["k3sim-fault", "set", "engine.drop_kv_handshake", "true"])],
           revert=[("p0", ["k3sim-fault", "clear", "engine.drop_kv_handshake"])],
           message="Decode d3 did not pull KV from Prefill p0"),
     # The proxy's /healthcheck still counts 4 Decode instances (it never probes them); test_proxy_answers
     # sees them counted but silent. The Decode DP group goes down with its rank, as vLLM's does.
     Fault("L-DECODE-STOPPED", "a Decode engine stops (the proxy keeps counting and routing to it)", "a3_pd_1m",
-          S({"test_proxy_answers", "test_engine_ranks_claimed_once", *_PD_REQUESTS, "test_every_api_engine_serves",
-             "test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine",
-             *{f"test_{t}[d{i}:8000]" for t in ("health", "models_lists_served_name_and_limit", "max_model_len_enforced")
-               for i in range(4)}, *{f"test_planned_ports_listen[d{i}]" for i in range(4)}}),
+          S({"models.test_proxy_answers", "ranks-ports.test_engine_ranks_claimed_once", *_PD_REQUESTS, "request-paths.test_every_api_engine_serves",
+             "request-paths.test_decode_pulls_kv_from_every_prefill", "request-paths.test_proxy_reaches_every_engine",
+             *{f"{c}[d{i}:8000]" for c in ("models.test_health", "models.test_models_lists_served_name_and_limit",
+                                           "limits.test_max_model_len_enforced") for i in range(4)},
+             *{f"ranks-ports.test_planned_ports_listen[d{i}]" for i in range(4)}}),
           running=[("d3", ["k3sim-fault", "set", "engine.crash_after_s", "0"])]),
     # K3.1 §5.2.2's long requests (opt-in --long-requests, the only opt-in module the simulator runs): every
     # Prefill runs out of device memory on prompts past 128K, so the guide's short requests all pass and
     # only a prompt near max_model_len fails. Its engine dies (torch_npu's OOM), so the row runs the
     # long-request check alone, and the next fault gets a fresh deployment.
     Fault("L-LONG-OOM", "Prefill engines run out of HBM on a prompt near max_model_len (K3.1 §5.2.2)", "a3_pd_1m",
-          S({"test_long_requests_complete_through_the_entrypoint"}),
+          S({"long-requests.test_long_requests_complete_through_the_entrypoint"}),
           running=[(f"p{i}", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"]) for i in range(4)],
           suite_args=("--long-requests", "-m", "long_requests"), message="request 0: HTTP 500", diagnosis="npu-oom"),
     # Off-sample: only a Decode runs out (another node and role). The proxy picks the Decode with the
     # fewest active tokens, ties to the first listed: an idle d0 takes the one request, always. (Spreading
     # 4 requests to reach d3 relied on prefill and decode timing and missed d3 under load.)
     Fault("L-LONG-OOM-OFF", "Decode d0 runs out of HBM on a prompt near max_model_len (another node)", "a3_pd_1m",
-          S({"test_long_requests_complete_through_the_entrypoint"}),
+          S({"long-requests.test_long_requests_complete_through_the_entrypoint"}),
           running=[("d0", ["k3sim-fault", "set", "engine.oom_prompt_tokens", "131072"])],
           suite_args=("--long-requests", "-m", "long_requests"),
           message="HTTP 502: Decode backend request to /completions failed", diagnosis="npu-oom@d0"),
     # Service faults (issue 10): each fails its strengthened request check and nothing else, and is
     # reverted in place so the rows share one bring-up.
     Fault("L-TOOL-FORCED", "the model calls the first tool whatever it is asked (served by d0)", "a3_pd_1m",
-          S({"test_tool_call", "test_tool_call_not_forced"}),
+          S({"parsers.test_tool_call", "parsers.test_tool_call_not_forced"}),
           running=[("d0", ["k3sim-fault", "set", "engine.tool_choice_first", "true"])],
           revert=[("d0", ["k3sim-fault", "clear", "engine.tool_choice_first"])]),
     Fault("L-TOOL-ARGS", "tool arguments ignore the request's schema (\"rack\": \"rack\")", "a3_pd_1m",
-          S({"test_tool_call"}),
+          S({"parsers.test_tool_call"}),
           running=[("d0", ["k3sim-fault", "set", "engine.tool_args_blind", "true"])],
           revert=[("d0", ["k3sim-fault", "clear", "engine.tool_args_blind"])]),
     # The proxy sends sequential requests to d0 only: a Decode that cannot pull KV stays unseen
     # except by the per-pair and concurrent checks. On-sample d2, off-sample d3.
     Fault("L-KV-PULL-D2", "Decode d2 cannot reach the Prefill KV ports", "a3_pd_1m",
-          S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          S({"request-paths.test_decode_pulls_kv_from_every_prefill", "request-paths.test_proxy_reaches_every_engine"}),
           running=[("d2", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
           revert=[("d2", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
           message="Decode d2 did not pull KV from Prefill p0", diagnosis="mooncake-connect-failure"),
     Fault("L-KV-PULL-D3", "Decode d3 cannot reach the Prefill KV ports (off-sample)", "a3_pd_1m",
-          S({"test_decode_pulls_kv_from_every_prefill", "test_proxy_reaches_every_engine"}),
+          S({"request-paths.test_decode_pulls_kv_from_every_prefill", "request-paths.test_proxy_reaches_every_engine"}),
           running=[("d3", ["k3sim-fault", "set", "engine.kv_pull_refused", "true"])],
           revert=[("d3", ["k3sim-fault", "clear", "engine.kv_pull_refused"])],
           message="Decode d3 did not pull KV from Prefill p0", diagnosis="mooncake-connect-failure"),
     Fault("L-DP-RANK-IGNORED", "the head API ignores X-data-parallel-rank (status codes stay right)", "k3_a3_mixed",
-          S({"test_dp_rank_routing", "test_every_api_engine_serves"}),
+          S({"dp-routing.test_dp_rank_routing", "request-paths.test_every_api_engine_serves"}),
           running=[("node0", ["k3sim-fault", "set", "engine.ignore_dp_rank_header", "true"])],
           revert=[("node0", ["k3sim-fault", "clear", "engine.ignore_dp_rank_header"])],
           message="pinned to rank 3, vllm:request_success_total moved on engines"),
     # the one pooled producer's cross-engine checks read the MetaService's capacity before their fill (#24)
     Fault("L-METASERVICE-DOWN", "F10 MetaService down", "a3_pd_pooled",
-          S({"test_metaservice_capacity", "test_pool_stores_blocks", "test_planned_ports_listen[meta]",
-             "test_external_cache_hits_on_repeated_prefix", "test_pool_hits_across_engines"}),
+          S({"metaservice.test_metaservice_capacity", "external-cache.test_pool_stores_blocks", "ranks-ports.test_planned_ports_listen[meta]",
+             "external-cache.test_external_cache_hits_on_repeated_prefix", "external-cache.test_pool_hits_across_engines"}),
           running=[("meta", ["k3sim-fault", "set", "metaservice.exit", "true"])]),
-    Fault("L-PROVIDER-GONE", "F10 a provider exits", "a3_pd_pooled", S({"test_metaservice_capacity"}),
+    Fault("L-PROVIDER-GONE", "F10 a provider exits", "a3_pd_pooled", S({"metaservice.test_metaservice_capacity"}),
           running=[("d2", ["bash", "-c", 'kill "$(cat /root/k3lab/memcache/.k3lab/d2_provider.pid)"'])]),
     Fault("L-CONTAINER-STOPPED", "a node container exits (vLLM takes the whole DP group down)", "k3_a3_mixed",
-          S({"test_container_running[node3]", "test_container_matches_plan[node3]", "test_npu_smi_devices_healthy[node3]",
-             "test_hccn_links_up[node3]", "test_hccn_net_health[node3]", "test_hccn_device_addresses[node3]",
-             "test_hccn_lldp[node3]", "test_hccn_netdetect_gateway[node3]", "test_hccn_conf_names_every_device[node3]",
-             "test_spod_info[node3]",
-             "test_hccn_tls_consistent", "test_cross_node_reachability", "test_staged_artefacts_match_rendered[node3]",
-             "test_engine_ranks_claimed_once", "test_planned_ports_listen[node0]", "test_health[node0:8000]",
-             "test_models_lists_served_name_and_limit[node0:8000]", "test_max_model_len_enforced[node0:8000]",
-             "test_dp_rank_routing", "test_reasoning_is_parsed", "test_tool_call", "test_streaming_content_is_clean",
-             "test_tool_call_not_forced", "test_every_api_engine_serves",
-             "test_image_request", "test_openai_client_parses_responses"}),
+          S({"containers.test_container_running[node3]", "containers.test_container_matches_plan[node3]", "npu.test_npu_smi_devices_healthy[node3]",
+             "hccl.test_hccn_links_up[node3]", "hccl.test_hccn_net_health[node3]", "hccl.test_hccn_device_addresses[node3]",
+             "hccl.test_hccn_lldp[node3]", "hccl.test_hccn_netdetect_gateway[node3]", "hccl.test_hccn_conf_names_every_device[node3]",
+             "hccl.test_spod_info[node3]",
+             "hccl.test_hccn_tls_consistent", "hccl.test_cross_node_reachability", "golden.test_staged_artefacts_match_rendered[node3]",
+             "ranks-ports.test_engine_ranks_claimed_once", "ranks-ports.test_planned_ports_listen[node0]", "models.test_health[node0:8000]",
+             "models.test_models_lists_served_name_and_limit[node0:8000]", "limits.test_max_model_len_enforced[node0:8000]",
+             "dp-routing.test_dp_rank_routing", "parsers.test_reasoning_is_parsed", "parsers.test_tool_call", "parsers.test_streaming_content_is_clean",
+             "parsers.test_tool_call_not_forced", "request-paths.test_every_api_engine_serves",
+             "images.test_image_request", "parsers.test_openai_client_parses_responses"}),
           running=[("@docker", ["stop", "node3"])]),
     Fault("L-PROVIDER-SHORT", "F10 a provider registers 512 MB", "a3_pd_pooled", S({"gate:providers"}),
           at_start={"hw": {"d1": {"provider": {"dram_size": "512MB"}}}}, message="to report 8589934592 bytes"),
     # the pool ring p0->p1->...->p7->p0 and the external-cache pair p0->p1: on-sample p1, off-sample p6
     Fault("L-HASH-SEED", "F11 one Prefill engine hashes with another seed", "k3_a3_pd",
-          S({"test_pool_hits_across_engines", "test_external_cache_hits_on_repeated_prefix"}),
+          S({"external-cache.test_pool_hits_across_engines", "external-cache.test_external_cache_hits_on_repeated_prefix"}),
           at_start={"hw": {"p1": {"engine": {"hash_seed": "7"}}}}),
     Fault("L-HASH-SEED-P6", "F11 another Prefill engine hashes with another seed (off-sample)", "k3_a3_pd",
-          S({"test_pool_hits_across_engines"}), at_start={"hw": {"p6": {"engine": {"hash_seed": "7"}}}}),
+          S({"external-cache.test_pool_hits_across_engines"}), at_start={"hw": {"p6": {"engine": {"hash_seed": "7"}}}}),
     # P1 (PP rank 1) binds handshake ports 36016-36031; it starts in the workers stage
     Fault("L-KV-PORT-TAKEN", "F1/F2 a KV port is held before the engine starts", "a3_pd_1m", S({"gate:workers"}),
           at_start={"hold_port": {"p1": 36016}}, message="Address already in use", diagnosis="mooncake-kv-port-in-use@p1"),
     Fault("L-SMALL-SHM", "F15 container started with 64 MB shm", "k3_a3_mixed",
-          S({"test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
+          S({"containers.test_container_matches_plan[node1]"}), at_start={"shm": {"node1": "64m"}}),
     Fault("L-PARSERS-MISSING", "F12 Decode engines started without the kimi_k3 parsers", "a3_pd_1m",
-          S({"test_reasoning_is_parsed", "test_tool_call", "test_tool_call_not_forced", "test_streaming_content_is_clean",
-             "test_openai_client_parses_responses", *_EDITED_D}),
+          S({"parsers.test_reasoning_is_parsed", "parsers.test_tool_call", "parsers.test_tool_call_not_forced", "parsers.test_streaming_content_is_clean",
+             "parsers.test_openai_client_parses_responses", *_EDITED_D}),
           at_start={"edit": {d: [(_TEMPLATE, r"/--enable-auto-tool-choice\|--reasoning-parser\|--tool-call-parser/d")]
                              for d in ("d0", "d1", "d2", "d3")}}),
     # the Decode DP group refuses a rank whose config differs, so this is caught at launch
@@ -566,25 +582,25 @@ LIVE = [
           message="Configuration mismatch detected",
           at_start={"edit": {"d2": [(_TEMPLATE, "s/--max-model-len 1048576/--max-model-len 204800/")]}}),
     Fault("L-IMAGE-PD", "F16 image requests fail under PD (Decode started language-model-only)", "a3_pd_1m",
-          S({"test_image_request", *_EDITED_D}),
+          S({"images.test_image_request", *_EDITED_D}),
           at_start={"edit": {d: [(_TEMPLATE, r"s/^--skip-mm-profiling \\$/--skip-mm-profiling --language-model-only \\/")]
                              for d in ("d0", "d1", "d2", "d3")}}),
     # Ranks started on the wrong nodes: the groups still form (ranks 1 and 2 both join), only the owners
     # differ from the plan. The edited scripts also differ from the rendered ones.
     Fault("L-DP-RANKS-SWAPPED", "DP start ranks of node1 and node2 swapped", "k3_a3_mixed",
-          S({"test_engine_ranks_claimed_once", "test_staged_artefacts_match_rendered[node1]",
-             "test_staged_artefacts_match_rendered[node2]"}),
+          S({"ranks-ports.test_engine_ranks_claimed_once", "golden.test_staged_artefacts_match_rendered[node1]",
+             "golden.test_staged_artefacts_match_rendered[node2]"}),
           at_start={"edit": {"node1": [(_START, "s/^export DP_START_RANK=1$/export DP_START_RANK=2/")],
                              "node2": [(_START, "s/^export DP_START_RANK=2$/export DP_START_RANK=1/")]}}),
     # A PP node rank on the wrong node also binds the other stage's KV handshake ports.
     Fault("L-PP-RANKS-SWAPPED", "Prefill PP node ranks of p1 and p2 swapped", "a3_pd_1m",
-          S({"test_engine_ranks_claimed_once", "test_planned_ports_listen[p1]", "test_planned_ports_listen[p2]",
-             "test_staged_artefacts_match_rendered[p1]", "test_staged_artefacts_match_rendered[p2]"}),
+          S({"ranks-ports.test_engine_ranks_claimed_once", "ranks-ports.test_planned_ports_listen[p1]", "ranks-ports.test_planned_ports_listen[p2]",
+             "golden.test_staged_artefacts_match_rendered[p1]", "golden.test_staged_artefacts_match_rendered[p2]"}),
           at_start={"edit": {"p1": [(_TEMPLATE, "s/^NODE_RANK=1$/NODE_RANK=2/")],
                              "p2": [(_TEMPLATE, "s/^NODE_RANK=2$/NODE_RANK=1/")]}}),
     # With a key configured, every API must refuse a bare request: one engine started without it is open.
     Fault("L-API-KEY-MISSING", "the head engine starts without the API key (VLLM_API_KEY unset in its script)",
-          "k3_a2_mixed", S({"test_api_key_enforced[node0:8000]", "test_staged_artefacts_match_rendered[node0]"}),
+          "k3_a2_mixed", S({"security.test_api_key_enforced[node0:8000]", "golden.test_staged_artefacts_match_rendered[node0]"}),
           at_start={"edit": {"node0": [(_START, "1a unset VLLM_API_KEY")]}}, env={"K3LAB_API_KEY": "k3lab-fault-key"},
           message="node0: /v1/models without a key answered 200"),
     Fault("L-DEVICE-ALARM-AT-START", "F15 unhealthy device at start", "k3_a3_mixed", S({"gate:workers"}),
@@ -650,20 +666,20 @@ HOST = [
 # hardware stage (after the containers, before any engine; `k3lab up --stages-only`) names them.
 HARDWARE = [
     Fault("H-LINK-DOWN", "device 2's link DOWN on one host", "a3_pd_1m",
-          S({"test_hccn_links_up[d2]", "test_hccn_net_health[d2]", "test_hccn_lldp[d2]"}), host=("d2", "link-down"),
+          S({"hccl.test_hccn_links_up[d2]", "hccl.test_hccn_net_health[d2]", "hccl.test_hccn_lldp[d2]"}), host=("d2", "link-down"),
           message="d2: link DOWN on device(s) [2]"),
     Fault("H-LINK-DOWN-OFF", "a link DOWN on another host, another device", "a3_pd_1m",
-          S({"test_hccn_links_up[p0]", "test_hccn_net_health[p0]", "test_hccn_lldp[p0]"}), host=("p0", "link-down:13"),
+          S({"hccl.test_hccn_links_up[p0]", "hccl.test_hccn_net_health[p0]", "hccl.test_hccn_lldp[p0]"}), host=("p0", "link-down:13"),
           message="p0: link DOWN on device(s) [13]"),
-    Fault("H-NPU-ALARM", "an NPU in Alarm on one host", "a3_pd_1m", S({"test_npu_smi_devices_healthy[p2]"}),
+    Fault("H-NPU-ALARM", "an NPU in Alarm on one host", "a3_pd_1m", S({"npu.test_npu_smi_devices_healthy[p2]"}),
           host=("p2", "npu-alarm"), message="p2: device(s) [3] report health ['Alarm']"),
     Fault("H-NPU-ALARM-OFF", "an NPU in Alarm on another host, another device", "a3_pd_1m",
-          S({"test_npu_smi_devices_healthy[d1]"}), host=("d1", "npu-alarm:10"),
+          S({"npu.test_npu_smi_devices_healthy[d1]"}), host=("d1", "npu-alarm:10"),
           message="d1: device(s) [10] report health ['Alarm']"),
     Fault("H-PAIR-UNREACHABLE", "one host reaches no device of the next host", "a3_pd_1m",
-          S({"test_cross_node_reachability"}), host=("p3", "pair-unreachable"), message="p3 device"),
+          S({"hccl.test_cross_node_reachability"}), host=("p3", "pair-unreachable"), message="p3 device"),
     Fault("H-PAIR-UNREACHABLE-OFF", "another host reaches no device of the next host", "a3_pd_1m",
-          S({"test_cross_node_reachability"}), host=("d0", "pair-unreachable"), message="d0 device"),
+          S({"hccl.test_cross_node_reachability"}), host=("d0", "pair-unreachable"), message="d0 device"),
 ]
 
 CATALOG = {f.id: f for f in STATIC + LIVE + LAB + HOST + HARDWARE}
@@ -678,20 +694,18 @@ def run_static(fault: Fault) -> set[str]:
     return {f.check for f in preflight.run(r.plan, r.files, sim_subnet=r.sim_subnet)}
 
 
-def _failing_tests(junit: Path) -> dict[str, str]:
-    """Failing (or erroring) test id -> its failure text."""
-    return {r["nodeid"].split("::")[-1].split("@", 1)[0]: f"{r['message']}\n{r['detail']}"
-            for r in read_junit(junit) if r["outcome"] in ("failed", "error")}
-
-
 def conformance(run_dir: Path, out: Path, extra: list[str] | None = None) -> dict[str, str]:
+    """The suite against ``run_dir``: failing check key (id[param]) -> its failure text, read from the
+    conformance-results.json the run writes (the rows carry the check id; JUnit only names functions)."""
+    results = Path(run_dir) / runs.RESULTS
+    results.unlink(missing_ok=True)  # never judge a row by the previous suite run's results
     cmd = suite.command(run_dir, "-q", *(extra or []), junit=out)
     done = subprocess.run(cmd, capture_output=True, timeout=900)
-    if not out.is_file():  # pytest could not even start (no report): say why instead of a traceback
+    if not results.is_file():  # pytest could not even start (no results): say why instead of a traceback
         tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-3:]
         raise EnvError(f"the conformance suite did not run against {run_dir} (pytest exit {done.returncode}): "
                        + " | ".join(tail))
-    return _failing_tests(out)
+    return checks.failed_checks(results)
 
 
 def _caught(f: Fault, failures: dict[str, str]) -> set[str]:
@@ -814,22 +828,22 @@ def lab_findings(scenario: str, inventory: Path) -> set[str]:
 
 
 def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
-    """The hardware stage's failing checks (test id -> message) on the lab ``inventory`` describes:
+    """The hardware stage's failing checks (check key -> message) on the lab ``inventory`` describes:
     ``up --stages-only`` (host stage, containers, hardware stage, teardown; no engine starts)."""
     from k3lab.launchers import hwstage, lifecycle
 
     try:
         lifecycle.up(scenario, str(inventory), {}, "lab", stages_only=True)
     except hwstage.HardwareStageFailed as exc:
-        return {name: msg for name, msg in exc.failures} or {f"stage failed: {str(exc).splitlines()[0]}": ""}
+        return dict(exc.checks) or {f"stage failed: {str(exc).splitlines()[0]}": ""}
     except ChecksFailed as exc:
         return {f"up failed: {str(exc).splitlines()[0]}": ""}
     return {}
 
 
 def _stage_findings(f: Fault, scenario: str, inv: Path) -> set[str]:
-    """A host fault's row: the host stage's findings, or the hardware stage's where the row expects test
-    ids, or the lab preflight's where it expects LPF-* findings."""
+    """A host fault's row: the host stage's findings, or the hardware stage's where the row expects the
+    suite's checks, or the lab preflight's where it expects LPF-* findings."""
     if f.hardware:
         return _caught(f, hardware_findings(scenario, inv))
     if f.lab_preflight:
@@ -988,20 +1002,20 @@ def markdown(rows: list[dict], wall_s: float) -> str:
 
 # Controls inside a check, beside the healthy baselines: what must NOT happen for the check to pass.
 NEGATIVE_CONTROLS = {
-    "test_tool_call": "test_tool_call_not_forced: tools offered, unrelated question, no call",
-    "test_tool_call_not_forced": "test_tool_call: the related question must call the right tool",
-    "test_external_cache_hits_on_repeated_prefix": "a fresh prompt on the same engine must not hit",
-    "test_dp_rank_routing": "only the pinned engine's counter moves; an out-of-range rank answers 400",
-    "test_every_api_engine_serves": "no other engine's counter moves",
-    "test_decode_pulls_kv_from_every_prefill": "each pair asked directly (no proxy retry hides a pair)",
-    "test_proxy_reaches_every_engine": "per-engine counters, not status codes",
-    "test_pool_stores_blocks": "a per-run nonce keeps the prompt new on a kept deployment",
-    "test_pool_hits_across_engines": "per-run nonce; the second engine's local cache cannot serve it",
-    "test_api_key_enforced": "the same request with the key answers 200",
-    "test_max_model_len_enforced": "a request within the limit answers 200",
-    "test_hccn_tls_consistent": "unparsed output fails (L-TLS-UNPARSED)",
-    "test_headless_nodes_expose_no_api": "the head's API answers on the same port (test_health)",
-    "test_startup_ports_closed": "test_planned_ports_listen: the other planned ports listen",
+    "parsers.test_tool_call": "test_tool_call_not_forced: tools offered, unrelated question, no call",
+    "parsers.test_tool_call_not_forced": "test_tool_call: the related question must call the right tool",
+    "external-cache.test_external_cache_hits_on_repeated_prefix": "a fresh prompt on the same engine must not hit",
+    "dp-routing.test_dp_rank_routing": "only the pinned engine's counter moves; an out-of-range rank answers 400",
+    "request-paths.test_every_api_engine_serves": "no other engine's counter moves",
+    "request-paths.test_decode_pulls_kv_from_every_prefill": "each pair asked directly (no proxy retry hides a pair)",
+    "request-paths.test_proxy_reaches_every_engine": "per-engine counters, not status codes",
+    "external-cache.test_pool_stores_blocks": "a per-run nonce keeps the prompt new on a kept deployment",
+    "external-cache.test_pool_hits_across_engines": "per-run nonce; the second engine's local cache cannot serve it",
+    "security.test_api_key_enforced": "the same request with the key answers 200",
+    "limits.test_max_model_len_enforced": "a request within the limit answers 200",
+    "hccl.test_hccn_tls_consistent": "unparsed output fails (L-TLS-UNPARSED)",
+    "ranks-ports.test_headless_nodes_expose_no_api": "the head's API answers on the same port (test_health)",
+    "ranks-ports.test_startup_ports_closed": "test_planned_ports_listen: the other planned ports listen",
 }
 
 
@@ -1035,20 +1049,11 @@ def _caught_as_intended(rows: list[dict], check: str) -> list[dict]:
 
 
 def live_checks() -> list[str]:
-    """Every conformance check (test functions marked ``@pytest.mark.conformance``), in file order, then
-    the opt-in checks the simulator runs (their module's ``pytestmark`` carries the metadata)."""
-    import ast
-
-    out = []
-    for path in sorted(paths.CONFORMANCE.glob("test_*.py")):
-        for fn in ast.parse(path.read_text()).body:
-            if isinstance(fn, ast.FunctionDef) and any(
-                    isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "conformance" for d in fn.decorator_list):
-                out.append(fn.name)
-    for name in SIM_OPT_IN:
-        out += [fn.name for fn in ast.parse((paths.CONFORMANCE / name).read_text()).body
-                if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")]
-    return out
+    """Every check id of the suite's test files (hardware and conformance), in file order, then those of
+    the opt-in modules the simulator runs (SIM_OPT_IN)."""
+    suite_checks = checks.suite_checks()
+    in_tests = [c.id for c in suite_checks if c.source.split("::")[0].rsplit("/", 1)[-1].startswith("test_")]
+    return in_tests + [c.id for c in suite_checks if c.source.split("::")[0].rsplit("/", 1)[-1] in SIM_OPT_IN]
 
 
 def print_table(rows: list[dict]) -> None:

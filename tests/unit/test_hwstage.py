@@ -73,3 +73,24 @@ def test_what_the_stage_held_back_is_named_beside_the_failures(tmp_path, monkeyp
 
 def test_the_stage_is_a_gate_that_stops_at_its_first_verdict():
     assert "--hardware-stage" in suite.hardware_command("/runs/r", "/runs/r/j.xml")
+
+
+def test_the_stage_names_failed_checks_by_their_id_from_its_results(tmp_path, monkeypatch):
+    """The stage's pytest writes conformance-results.json into the run directory: the fault matrix reads
+    the failed checks' ids (id[param]) from it, not the JUnit function names."""
+    import json
+
+    def run(argv, **kw):
+        Path(next(a for a in argv if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
+        (tmp_path / "conformance-results.json").write_text(json.dumps({"tests": [
+            {"nodeid": "conformance/test_npu.py::test_hccn_links_up[d3]", "id": "hccl.test_hccn_links_up", "param": "d3",
+             "outcome": "failed", "message": "d3 (10.213.0.18): 15/16 devices answered", "properties": {}},
+            {"nodeid": "conformance/test_npu.py::test_npu_smi_devices_healthy[p1]", "id": "npu.test_npu_smi_devices_healthy",
+             "param": "p1", "outcome": "passed", "message": "", "properties": {}}]}))
+        return subprocess.CompletedProcess(argv, 1, "out", "err")
+
+    monkeypatch.setattr(hwstage.subprocess, "run", run)
+    with pytest.raises(hwstage.HardwareStageFailed) as err:
+        hwstage.gate(tmp_path, {})
+    assert err.value.checks == [("hccl.test_hccn_links_up[d3]", "d3 (10.213.0.18): 15/16 devices answered")]
+    assert [name for name, _ in err.value.failures] == ["test_hccn_links_up[d3]"]  # the message is unchanged
