@@ -1,6 +1,6 @@
 """k3lab: render, preflight and (with a target) bring the deployment guides' scenarios up and down.
 
-Commands that need no Docker engine: list, render, preflight, schema, init, faults --static-only,
+Commands that need no Docker engine: list, render, preflight, checks, schema, init, faults --static-only,
 bench --no-live. Everything else talks to a Docker engine (sim) or to each node's endpoint (lab).
 """
 from __future__ import annotations
@@ -379,6 +379,13 @@ def _add_baseline(sub) -> None:
     p.set_defaults(fn=lazy("k3lab.tools.baseline", "cmd_baseline"))
 
 
+def _add_checks(sub) -> None:
+    p = sub.add_parser("checks", help="list every check (static, lab, host, hardware, conformance): stage, id, area, "
+                       "MUST, remedy and the fault rows that prove it (no Docker)")
+    formats.add(p)
+    p.set_defaults(fn=lazy("k3lab.tools.checklist", "cmd_checks"))
+
+
 def _add_policy(sub) -> None:
     p = sub.add_parser("policy", help="gate policy: write a commented example (init --out FILE), validate a file "
                        "(--check) or print its JSON Schema (--schema)")
@@ -417,7 +424,7 @@ def _add_completion(sub) -> None:
 
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
             _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
-            _add_policy, _add_report, _add_completion, _add_triage]
+            _add_policy, _add_report, _add_completion, _add_triage, _add_checks]
 _BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
 
 
