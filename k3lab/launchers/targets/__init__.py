@@ -7,24 +7,13 @@ the lifecycle asks the registry, never ``if target == ...``.
 """
 from __future__ import annotations
 
-from k3lab.errors import UsageError
 from k3lab.launchers.targets.base import DockerTarget, Target
-
-REGISTRY: dict[str, type[Target]] = {}
-
-
-def register(cls: type[Target]) -> type[Target]:
-    """Class decorator: ``cls.name`` becomes a target of ``--target``."""
-    REGISTRY[cls.name] = cls
-    return cls
+from k3lab.launchers.targets.registry import REGISTRY, lookup, register
 
 
 def get(name: str) -> type[Target]:
     _load()
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise UsageError(f"unknown target {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    return lookup(name)
 
 
 def names() -> list[str]:
