@@ -26,8 +26,8 @@ from k3lab.launchers.endpoints import (
 )
 from k3lab.launchers.pipeline import Phase
 from k3lab.launchers.scope import RunScope
-from k3lab.launchers.targets.registry import register
 from k3lab.launchers.targets.base import DockerTarget
+from k3lab.launchers.targets.registry import register
 from k3lab.model.plan import NodePlan, Plan
 
 

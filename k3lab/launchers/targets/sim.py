@@ -16,8 +16,8 @@ from k3lab.errors import EnvError
 from k3lab.launchers.backends import LABEL
 from k3lab.launchers.endpoints import LOCAL_ENDPOINT, ClientPool, docker_client, local_client
 from k3lab.launchers.scope import RunScope
-from k3lab.launchers.targets.registry import register
 from k3lab.launchers.targets.base import DockerTarget, Files
+from k3lab.launchers.targets.registry import register
 from k3lab.model.plan import NodePlan, Plan, Stage
 
 FIXTURES = paths.FIXTURES
