@@ -66,6 +66,86 @@ class PortUse(_Model):
         return self.port, self.last if self.last is not None else self.port
 
 
+def _int(value: str | None, default: int | None = None) -> int | None:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default  # a malformed value reads as unset: the preflight check of that flag names it
+
+
+def _json_object(value: str | None) -> dict:
+    import json
+
+    try:
+        doc = json.loads(value) if value else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+class Topology(_Model):
+    """An engine's parallelism, ranks, KV transfer and speculative settings, as fields of the plan.
+
+    Recorded once by the renderer, from the command it has just built (:meth:`of`); preflight, the
+    renderer's port arithmetic and the suite read these fields, never the argv again."""
+
+    model: str | None = Field(None, description="the model path vllm serve is given")
+    served_model_name: str | None = None
+    max_model_len: int | None = None
+    port: int | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
+    data_parallel_size: int = 1
+    data_parallel_size_local: int | None = None
+    data_parallel_start_rank: int | None = None
+    data_parallel_rank: int | None = None
+    data_parallel_address: str | None = None
+    data_parallel_rpc_port: int | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    headless: bool = False
+    kv_transfer_config: dict = Field(default_factory=dict, description="--kv-transfer-config ({} if absent or "
+                                                                         "not a JSON object)")
+    speculative_config: dict = Field(default_factory=dict)
+    additional_config: dict = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, argv: list[str]) -> Topology:
+        """The fields of a ``vllm serve`` command line (its options as vLLM spells them)."""
+        def i(name: str, default: int | None = None) -> int | None:
+            return _int(flag(argv, name), default)
+
+        return cls.make(
+            model=argv[2] if len(argv) > 2 and argv[1:2] == ["serve"] else None,
+            served_model_name=flag(argv, "--served-model-name"), max_model_len=i("--max-model-len"),
+            port=i("--port"), tensor_parallel_size=i("--tensor-parallel-size", 1),
+            pipeline_parallel_size=i("--pipeline-parallel-size", 1),
+            prefill_context_parallel_size=i("--prefill-context-parallel-size", 1),
+            decode_context_parallel_size=i("--decode-context-parallel-size", 1),
+            data_parallel_size=i("--data-parallel-size", 1), data_parallel_size_local=i("--data-parallel-size-local"),
+            data_parallel_start_rank=i("--data-parallel-start-rank"), data_parallel_rank=i("--data-parallel-rank"),
+            data_parallel_address=flag(argv, "--data-parallel-address"),
+            data_parallel_rpc_port=i("--data-parallel-rpc-port"), nnodes=i("--nnodes"), node_rank=i("--node-rank"),
+            master_addr=flag(argv, "--master-addr"), master_port=i("--master-port"), headless="--headless" in argv,
+            kv_transfer_config=_json_object(flag(argv, "--kv-transfer-config")),
+            speculative_config=_json_object(flag(argv, "--speculative-config")),
+            additional_config=_json_object(flag(argv, "--additional-config")))
+
+    def kv_connectors(self) -> list[dict]:
+        """The KV connectors: the one configured, or each child of a MultiConnector."""
+        kv = self.kv_transfer_config
+        if not kv:
+            return []
+        if kv.get("kv_connector") == "MultiConnector":
+            children = (kv.get("kv_connector_extra_config") or {}).get("connectors") or []
+            return [c for c in children if isinstance(c, dict)]
+        return [kv]
+
+
 class Process(_Model):
     id: str
     node: str
@@ -83,6 +163,7 @@ class Process(_Model):
     dp_rank: int | None = None
     pp_rank: int | None = None
     devices: list[int] = Field(default_factory=list)
+    topology: Topology | None = Field(None, description="engines: what their command sets up (Topology)")
     log: str
     children: list["Process"] = Field(default_factory=list)
 

@@ -20,7 +20,7 @@ from k3lab.model import accept
 from k3lab.model.accept import AcceptedFinding
 from k3lab.model.catalog import DEVICES
 from k3lab.model.checks import CheckInfo, Severity
-from k3lab.model.plan import Plan, Process, flag
+from k3lab.model.plan import Plan, Process, Topology, flag
 from k3lab.render.scripts import PROXY_VARS as SCRIPT_PROXY_VARS
 
 FIXTURES = paths.FIXTURES / "checkpoints"
@@ -63,16 +63,11 @@ def check(id: str, area: str, severity: Severity, must: str, remedy: str):
 # ------------------------------------------------------------------------------ plan facts
 
 
-def iflag(argv: list[str], name: str, default: int) -> int:
-    value = flag(argv, name)
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
-        return default
-
-
 @dataclass
 class Engine:
+    """An engine of the plan as the checks see it: its process, its node's facts, and its topology as the
+    renderer recorded it (``Process.topology``), read as fields rather than re-parsed from its command."""
+
     proc: Process
     role: str
     node: str
@@ -84,39 +79,40 @@ class Engine:
         return self.proc.argv
 
     @property
+    def topo(self) -> Topology:
+        # a plan written before the renderer recorded topologies has none: the same parser reads its command
+        if self.proc.topology is None:
+            self.proc.topology = Topology.of(self.proc.argv)
+        return self.proc.topology
+
+    @property
     def tp(self) -> int:
-        return iflag(self.argv, "--tensor-parallel-size", 1)
+        return self.topo.tensor_parallel_size
 
     @property
     def pp(self) -> int:
-        return iflag(self.argv, "--pipeline-parallel-size", 1)
+        return self.topo.pipeline_parallel_size
 
     @property
     def pcp(self) -> int:
-        return iflag(self.argv, "--prefill-context-parallel-size", 1)
+        return self.topo.prefill_context_parallel_size
 
     @property
     def dcp(self) -> int:
-        return iflag(self.argv, "--decode-context-parallel-size", 1)
+        return self.topo.decode_context_parallel_size
 
     @property
     def dp(self) -> int:
-        return iflag(self.argv, "--data-parallel-size", 1)
+        return self.topo.data_parallel_size
 
     def json(self, name: str) -> dict:
-        raw = flag(self.argv, name)
-        try:
-            return json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
-            return {}
+        configs = {"--kv-transfer-config": self.topo.kv_transfer_config,
+                   "--speculative-config": self.topo.speculative_config,
+                   "--additional-config": self.topo.additional_config}
+        return configs[name]
 
     def kv_children(self) -> list[dict]:
-        kv = self.json("--kv-transfer-config")
-        if not kv:
-            return []
-        if kv.get("kv_connector") == "MultiConnector":
-            return list(kv.get("kv_connector_extra_config", {}).get("connectors", []))
-        return [kv]
+        return self.topo.kv_connectors()
 
 
 @dataclass
@@ -188,9 +184,9 @@ def _dp_groups(f: Facts) -> dict[str, list[tuple[int, Engine]]]:
     for e in f.engines:
         if e.proc.positional:
             groups[e.role].append((int(e.proc.positional[3]), e))
-        elif flag(e.argv, "--data-parallel-start-rank") is not None or (e.role == "mixed"):
-            start = iflag(e.argv, "--data-parallel-start-rank", 0)
-            local = iflag(e.argv, "--data-parallel-size-local", 1)
+        elif e.topo.data_parallel_start_rank is not None or (e.role == "mixed"):
+            start = e.topo.data_parallel_start_rank or 0
+            local = e.topo.data_parallel_size_local or 1
             for r in range(start, start + local):
                 groups[e.role].append((r, e))
     return groups
@@ -216,14 +212,14 @@ def _dp_group_findings(role: str, members: list[tuple[int, Engine]]):
 def _pp_ranks(f: Facts):
     groups: dict[str, list[tuple[int, Engine]]] = defaultdict(list)
     for e in f.engines:
-        if flag(e.argv, "--nnodes"):
-            groups[e.role].append((iflag(e.argv, "--node-rank", 0), e))
+        if e.topo.nnodes:
+            groups[e.role].append((e.topo.node_rank or 0, e))
     for role, members in groups.items():
         yield from _pp_group_findings(role, members)
 
 
 def _pp_group_findings(role: str, members: list[tuple[int, Engine]]):
-    n = iflag(members[0][1].argv, "--nnodes", 1)
+    n = members[0][1].topo.nnodes or 1
     ranks = Counter(r for r, _ in members)
     bad = sorted(r for r, c in ranks.items() if c > 1 or r >= n)
     missing = sorted(set(range(n)) - set(ranks))
@@ -239,10 +235,10 @@ def _pp_head_findings(role: str, members: list[tuple[int, Engine]]):
     """Rank 0 is the PP master (not headless), the others run headless and point at its address."""
     heads = [e for r, e in members if r == 0]
     for r, e in members:
-        if (r == 0) == ("--headless" in e.argv):
+        if (r == 0) == e.topo.headless:
             yield f"{e.node}: PP node rank {r} must {'not ' if r == 0 else ''}run --headless.", (e.node,)
-    if heads and any(flag(e.argv, "--master-addr") != heads[0].address for _, e in members):
-        bad_nodes = tuple(e.node for _, e in members if flag(e.argv, "--master-addr") != heads[0].address)
+    if heads and any(e.topo.master_addr != heads[0].address for _, e in members):
+        bad_nodes = tuple(e.node for _, e in members if e.topo.master_addr != heads[0].address)
         yield f"{role} PP group: --master-addr must be P0's address {heads[0].address} on {', '.join(bad_nodes)}.", bad_nodes
 
 
@@ -311,8 +307,8 @@ def _addresses(f: Facts):
         for var in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME"):
             if var in env and env[var] != e.nic:
                 yield f"{e.node}: {var}={env[var]} but the node's NIC is {e.nic}.", (e.node,)
-        addr = flag(e.argv, "--data-parallel-address")
-        if addr and e.role in heads and addr != heads[e.role] and not flag(e.argv, "--nnodes"):
+        addr = e.topo.data_parallel_address
+        if addr and e.role in heads and addr != heads[e.role] and not e.topo.nnodes:
             yield f"{e.node}: --data-parallel-address {addr} is not the {e.role} head {heads[e.role]}.", (e.node,)
 
 
@@ -541,9 +537,7 @@ def _proxy_vars(f: Facts):
        "use one model path and served name in every script.")
 def _model(f: Facts):
     for e in f.engines:
-        name = flag(e.argv, "--served-model-name")
-        path = e.argv[2] if len(e.argv) > 2 else None
-        mml = iflag(e.argv, "--max-model-len", 0)
+        name, path, mml = e.topo.served_model_name, e.topo.model, e.topo.max_model_len or 0
         if name != f.plan.expect.served_name:
             yield f"{e.node}: serves {name!r}, expected {f.plan.expect.served_name!r}.", (e.node,)
         if path != f.plan.expect.model_path:
@@ -732,8 +726,8 @@ def _script_paths(f: Facts, node: str) -> dict[str, str]:
     for e in f.engines:
         if e.node != node:
             continue
-        if len(e.argv) > 2 and e.argv[2].startswith("/"):
-            out.setdefault(e.argv[2], "model path")
+        if e.topo.model and e.topo.model.startswith("/"):
+            out.setdefault(e.topo.model, "model path")
         draft = e.json("--speculative-config").get("model")
         if isinstance(draft, str) and draft.startswith("/"):
             out.setdefault(draft, "draft model path")

@@ -35,6 +35,7 @@ from k3lab.model.plan import (
     PortUse,
     Process,
     Stage,
+    Topology,
     jsonable,
 )
 from k3lab.model.plan import flag as _flag
@@ -172,21 +173,14 @@ def _launcher_children(dp_size: int, tp: int, local: int, start: int, addr: str,
     return out
 
 
-def _kv_ports(argv: list[str], pp_rank: int, dp_rank: int) -> list[PortUse]:
+def _kv_ports(topo: Topology, pp_rank: int, dp_rank: int) -> list[PortUse]:
     """Mooncake handshake ports this node's workers bind (vllm-ascend-internals §3)."""
-    raw = _flag(argv, "--kv-transfer-config")
-    if not raw:
-        return []
-    cfg = json.loads(raw)
-    children = cfg.get("kv_connector_extra_config", {}).get("connectors") if cfg.get("kv_connector") == "MultiConnector" else [cfg]
     out = []
-    for child in children or []:
-        if not child.get("kv_connector", "").startswith("MooncakeConnector") or "kv_port" not in child:
+    for child in topo.kv_connectors():
+        if not str(child.get("kv_connector", "")).startswith("MooncakeConnector") or "kv_port" not in child:
             continue
         kv = int(child["kv_port"])
-        tp = int(_flag(argv, "--tensor-parallel-size", "1"))
-        pp = int(_flag(argv, "--pipeline-parallel-size", "1"))
-        pcp = int(_flag(argv, "--prefill-context-parallel-size", "1"))
+        tp, pp, pcp = topo.tensor_parallel_size, topo.pipeline_parallel_size, topo.prefill_context_parallel_size
         first = kv + dp_rank * tp * pp * pcp + (pp_rank * pcp) * tp
         out.append(PortUse.make(port=first, last=first + pcp * tp - 1, purpose=f"mooncake handshake (kv_port {kv})"))
     return out
@@ -335,8 +329,9 @@ class _Build:
                                       _flag(largv, "--dp-rpc-port", "12345"),
                                       int(_flag(largv, "--vllm-start-port", "9000"))):
             env, argv, scope = engine.resolve(base_env, pos)
+            topo = Topology.of(argv)
             rank = int(pos[3])
-            ports = [PortUse.make(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(argv, 0, rank)]
+            ports = [PortUse.make(port=int(pos[1]), purpose="engine API (--port)"), *_kv_ports(topo, 0, rank)]
             if rank == 0 and dp_size > 1:
                 ports.append(PortUse.make(port=int(pos[5]), purpose=DP_RPC_PURPOSE))
             ports += _hccl_ports(env)
@@ -344,7 +339,7 @@ class _Build:
             children.append(Process.make(
                 id=f"{node.name}/engine{rank}", node=node.name, kind="engine", script=f"{wd}/{engine_name}",
                 cwd=wd, env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv, positional=pos,
-                ports=ports, api=api, dp_rank=rank, devices=_devices(env), log=f"{logs}/launcher.log"))
+                ports=ports, api=api, dp_rank=rank, devices=_devices(env), topology=topo, log=f"{logs}/launcher.log"))
             self.apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=[rank]))
             self.dp_groups.setdefault(node.role, {})[rank] = node.name
         out.procs.append(Process.make(id=f"{node.name}/launcher", node=node.name, kind="launcher",
@@ -356,16 +351,17 @@ class _Build:
         sc, node = self.sc, out.node
         base_env, _, _ = launch.resolve({})
         env, argv, scope = engine.resolve(base_env)
-        is_headless = "--headless" in argv
-        pp_rank = int(_flag(argv, "--node-rank", "0")) if _flag(argv, "--nnodes") else None
-        dp_rank = int(_flag(argv, "--data-parallel-start-rank", _flag(argv, "--data-parallel-rank", "0")))
-        api = None if is_headless else f"http://{node.local_ip}:{_flag(argv, '--port', '8000')}"
+        topo = Topology.of(argv)
+        is_headless = topo.headless
+        pp_rank = (topo.node_rank or 0) if topo.nnodes else None
+        dp_rank = next((r for r in (topo.data_parallel_start_rank, topo.data_parallel_rank) if r is not None), 0)
+        api = None if is_headless else f"http://{node.local_ip}:{topo.port or 8000}"
         out.procs.append(Process.make(
             id=f"{node.name}/engine", node=node.name, kind="engine", script=f"{self.wd}/launch.sh", cwd=self.wd,
             env=env, unset=sorted(scope.unset), sourced=scope.sourced, argv=argv,
-            ports=_engine_ports(node, env, argv, pp_rank, is_headless), api=api,
+            ports=_engine_ports(node, env, topo, pp_rank, is_headless), api=api,
             headless=is_headless, pp_rank=pp_rank, dp_rank=None if sc.pd else dp_rank, devices=_devices(env),
-            log=f"{self.logs}/engine.log"))
+            topology=topo, log=f"{self.logs}/engine.log"))
         if is_headless:
             self.headless.append(node.name)
         if pp_rank is not None:
@@ -375,7 +371,7 @@ class _Build:
         else:
             self.mixed_ranks[dp_rank] = node.name
         if api:
-            ranks = [0] if sc.pd else list(range(int(_flag(argv, "--data-parallel-size", "1"))))
+            ranks = [0] if sc.pd else list(range(topo.data_parallel_size))
             self.apis.append(ApiEndpoint.make(node=node.name, url=api, role=node.role, dp_ranks=ranks))
 
     # ---- PD proxy on its node
@@ -438,18 +434,18 @@ def _need(argv: list[str], name: str) -> str:
     return value
 
 
-def _engine_ports(node: Node, env: dict[str, str], argv: list[str], pp_rank: int | None,
+def _engine_ports(node: Node, env: dict[str, str], topo: Topology, pp_rank: int | None,
                   is_headless: bool) -> list[PortUse]:
     """The ports one ``vllm serve`` binds: API, PP master, DP RPC on rank 0, Mooncake, HCCL."""
     ports: list[PortUse] = []
     if not is_headless:
-        ports.append(PortUse.make(port=int(_flag(argv, "--port", "8000")), purpose="engine API (--port)"))
-    if pp_rank == 0 and (master := _flag(argv, "--master-port")):
-        ports.append(PortUse.make(port=int(master), purpose="PP master (--master-port)"))
-    rpc = _flag(argv, "--data-parallel-rpc-port")
-    if node.rank == 0 and rpc and int(_flag(argv, "--data-parallel-size", "1")) > 1:
-        ports.append(PortUse.make(port=int(rpc), purpose=DP_RPC_PURPOSE))
-    return ports + _kv_ports(argv, pp_rank or 0, 0) + _hccl_ports(env)
+        ports.append(PortUse.make(port=topo.port or 8000, purpose="engine API (--port)"))
+    if pp_rank == 0 and topo.master_port:
+        ports.append(PortUse.make(port=topo.master_port, purpose="PP master (--master-port)"))
+    rpc = topo.data_parallel_rpc_port
+    if node.rank == 0 and rpc and topo.data_parallel_size > 1:
+        ports.append(PortUse.make(port=rpc, purpose=DP_RPC_PURPOSE))
+    return ports + _kv_ports(topo, pp_rank or 0, 0) + _hccl_ports(env)
 
 
 def _port_field(purpose: str, role: str) -> str:

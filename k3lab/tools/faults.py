@@ -28,6 +28,7 @@ from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
 from k3lab.model import checks, runs, siminventory
 from k3lab.model.inventory import Inventory
+from k3lab.model.plan import Process, Topology
 from k3lab.preflight import checks as preflight
 from k3lab.preflight import registry
 from k3lab.render import artefacts as render
@@ -85,16 +86,20 @@ def rendered(sid: str) -> render.Rendered:
     return render.build(sid, siminventory.default(sid))
 
 
-def _proc(r: render.Rendered, pid: str):
+def _proc(r: render.Rendered, pid: str) -> Process:
     return next(p for p in r.plan.processes() if p.id == pid)
 
 
-def _set_flag(argv: list[str], name: str, value: str | None) -> None:
+def _set_flag(proc: Process, name: str, value: str | None) -> None:
+    """Change one option of an engine's command, as a renderer that got it wrong would have rendered it: the
+    plan's record of the engine's topology follows the command (the renderer records it from the argv it built)."""
+    argv = proc.argv
     i = argv.index(name)
     if value is None:
         del argv[i:i + 2]
     else:
         argv[i + 1] = value
+    proc.topology = Topology.of(argv)
 
 
 def _ranks(sid: str, ranks: dict[str, int]) -> render.Rendered:
@@ -191,16 +196,16 @@ def m_mmc_urls():
 
 def m_pd_sizes():
     r = rendered("a3_pd")
-    argv = _proc(r, "d0/engine0").argv
-    kv = json.loads(preflight.flag(argv, "--kv-transfer-config"))
+    engine = _proc(r, "d0/engine0")
+    kv = json.loads(preflight.flag(engine.argv, "--kv-transfer-config"))
     kv["kv_connector_extra_config"]["decode"]["tp_size"] = 8
-    _set_flag(argv, "--kv-transfer-config", json.dumps(kv))
+    _set_flag(engine, "--kv-transfer-config", json.dumps(kv))
     return r
 
 
 def m_parsers():
     r = rendered("a3_pd")
-    _set_flag(_proc(r, "p1/engine").argv, "--tool-call-parser", None)
+    _set_flag(_proc(r, "p1/engine"), "--tool-call-parser", None)
     return r
 
 
@@ -218,10 +223,10 @@ def m_pp_partition():
 
 def m_dspark():
     r = rendered("a3_pd_pooled")
-    argv = _proc(r, "d0/engine0").argv
-    spec = json.loads(preflight.flag(argv, "--speculative-config"))
+    engine = _proc(r, "d0/engine0")
+    spec = json.loads(preflight.flag(engine.argv, "--speculative-config"))
     spec["draft_tensor_parallel_size"] = 4
-    _set_flag(argv, "--speculative-config", json.dumps(spec))
+    _set_flag(engine, "--speculative-config", json.dumps(spec))
     return r
 
 
@@ -236,13 +241,13 @@ def m_one_m():
     r.plan.expect.max_model_len = 1048576
     for p in r.plan.processes():
         if p.kind == "engine":
-            _set_flag(p.argv, "--max-model-len", "1048576")
+            _set_flag(p, "--max-model-len", "1048576")
     return r
 
 
 def m_max_len():
     r = rendered("a3_pd_1m")
-    _set_flag(_proc(r, "d1/engine1").argv, "--max-model-len", "204800")
+    _set_flag(_proc(r, "d1/engine1"), "--max-model-len", "204800")
     return r
 
 
@@ -254,7 +259,7 @@ def m_proxy_vars():
 
 def m_model():
     r = rendered("a3_pd")
-    _set_flag(_proc(r, "d3/engine3").argv, "--served-model-name", "kimi-k3")
+    _set_flag(_proc(r, "d3/engine3"), "--served-model-name", "kimi-k3")
     return r
 
 
