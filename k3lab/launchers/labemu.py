@@ -150,6 +150,24 @@ def _network(hosts: list[Host]) -> None:
             if f" {ip}/" not in addrs:
                 batch.append(f"addr add {ip}/{prefix} dev eth0")
         _sh("ip", "-n", h.ns, "-batch", "-", input="\n".join(batch) + "\n")
+    _pin_neighbours(hosts)
+
+
+def _pin_neighbours(hosts: list[Host]) -> None:
+    """Every peer host's device addresses as permanent neighbour entries in each host's namespace: the
+    kernel's one neighbour table (gc_thresh3, 1024 by default) would overflow with learnt entries for
+    every device pair (an 8-host A3 lab: ~4,000), losing pings on a healthy lab; permanent entries are
+    not counted (k3lab.launchers.sim.neighbours)."""
+    macs = {}
+    for h in hosts:
+        link = _sh("ip", "-n", h.ns, "-o", "link", "show", "dev", "eth0").stdout
+        macs[h.name] = link.split("link/ether", 1)[1].split()[0] if "link/ether" in link else None
+    owned = {h.name: [ip for ip, _ in _device_addresses(h) if ip] for h in hosts}
+    for h in hosts:
+        lines = [f"neigh replace {ip} lladdr {macs[peer]} dev eth0 nud permanent"
+                 for peer, ips in owned.items() if peer != h.name and macs[peer] for ip in ips]
+        if lines:
+            _sh("ip", "-n", h.ns, "-batch", "-", input="\n".join(lines) + "\n")
 
 
 # ----------------------------------------------------------------------- emulated hardware

@@ -42,13 +42,20 @@ def host_pythonpath() -> list[str]:
 
 def sim_hw() -> ModuleType:
     """``k3sim.hw``, the simulated driver (the vNIC address scheme), imported from the image's source."""
+    return sim_module("hw")
+
+
+def sim_module(name: str) -> ModuleType:
+    """``k3sim.<name>`` imported from the image's source: the kit computes what the stand-ins compute
+    with their own code (addresses, the vNIC scheme), never with a second copy of it."""
+    import importlib
+
     saved = list(sys.path)
     sys.path[:0] = host_pythonpath()
     try:
-        from k3sim import hw
+        return importlib.import_module(f"k3sim.{name}")
     finally:
         sys.path[:] = saved
-    return hw
 VLLM_ASCEND_DIR = "vllm-workspace/vllm-ascend"  # the images' source tree (inventory vllm_ascend_source_dir)
 SKELETON_DIRS = ["bin", "etc", "tmp", "root", "root/.cache", "run", "var/log", "var/tmp", "dev", "proc", "sys",
                  "home", "mnt", "etc/k3lab-sim", "run/k3lab-sim"]

@@ -21,6 +21,7 @@ from k3lab.launchers.targets.registry import register
 from k3lab.model.plan import NodePlan, Plan, Stage
 
 FIXTURES = paths.FIXTURES
+NEIGHBOURS = "/run/k3lab-sim/neighbours"  # the ip -batch file of the node's permanent neighbour entries
 # a stage's gates on the simulator: its stand-ins start in seconds, so a stuck one is named sooner
 SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
 
@@ -87,7 +88,12 @@ class SimTarget(DockerTarget):
 
     # ------------------------------------------------------------------ before anything starts
     def refuse_to_start(self) -> None:
-        """Another run on one of our subnets shares the engine: refuse (runs on other subnets may share it)."""
+        """Another run on one of our subnets shares the engine: refuse (runs on other subnets may share it).
+        So does a kernel whose neighbour table cannot hold the run: a limit that would fail a healthy run."""
+        from k3lab.launchers.sim import neighbours
+
+        if too_many := neighbours.warning([self.plan]):
+            raise EnvError(f"cannot run {self.plan.scenario} on this kernel: {too_many}")
         # ignore_removed: another run sharing the engine (k3lab release) may remove a container between
         # the list and its inspect, which would otherwise fail this run's start with a 404
         live = self.engine.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
@@ -112,12 +118,6 @@ class SimTarget(DockerTarget):
                     taken.add(label)
         return taken, networked
 
-    def warnings(self) -> list[str]:
-        from k3lab.launchers.sim import neighbours
-
-        warning = neighbours.warning([self.plan])
-        return [warning] if warning else []
-
     def process_env(self) -> dict[str, str]:
         return standin_env(self.plan)
 
@@ -126,6 +126,32 @@ class SimTarget(DockerTarget):
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), "network": self.network_name}
+
+    # ------------------------------------------------------------------ the device network
+    def pin_neighbours(self) -> None:
+        """Every peer's device addresses as permanent neighbour entries in each node's namespace.
+
+        The simulated devices are secondary addresses on the node NICs, and the kernel keeps one
+        neighbour table for all namespaces, capped by gc_thresh3 (1024 by default): learnt entries for
+        every device pair overflowed it on a stock kernel (k3_a3_pd: ~7,700), and pings and KV transfers
+        were lost on a healthy deployment ("neighbour table overflow" in dmesg). Permanent entries are
+        exempt from that cap (neigh_alloc's exempt_from_gc), so only the node NICs' own entries are learnt
+        (:func:`k3lab.launchers.sim.neighbours.entries`). The MACs are the engine's, read through its API."""
+        from k3lab.launchers.sim.image import sim_module
+
+        node_init, hw = sim_module("node_init"), sim_module("hw")
+        owned = {n.name: [a for a, _ in node_init.device_addresses(hw.Node(self.hardware(n)))] for n in self.plan.nodes}
+        macs = {n: self.inspect(n)["NetworkSettings"]["Networks"][self.network_name]["MacAddress"] for n in owned}
+
+        def pin(node: NodePlan) -> None:
+            lines = [f"neigh replace {address} lladdr {macs[peer]} dev eth0 nud permanent"
+                     for peer, addresses in owned.items() if peer != node.name for address in addresses if address]
+            if not lines:
+                return
+            self.put(node, {NEIGHBOURS: ("\n".join(lines).encode() + b"\n", 0o644)})
+            self.exec(node.name, ["ip", "-batch", NEIGHBOURS], timeout=60).check()
+
+        self.parallel(pin, self.plan.nodes)
 
     # ------------------------------------------------------------------ the nodes
     def prepare(self) -> None:
@@ -167,8 +193,8 @@ class SimTarget(DockerTarget):
         line = hostchecks.reserve_line([(lo, hi) for lo, hi, _ in hostchecks.planned_spans(self.plan, node.name)])
         return {hostchecks.RESERVED_PORTS: line} if line else {}
 
-    def stage_extra(self, node: NodePlan) -> Files:
-        """Simulated hardware description and the small checkpoints for /root/.cache."""
+    def hardware(self, node: NodePlan) -> dict[str, Any]:
+        """The node's simulated hardware (its /etc/k3lab-sim/node.json): devices, addresses, faults."""
         from k3lab.launchers.sim.image import sim_hw
 
         index = [n.name for n in self.plan.nodes].index(node.name)
@@ -185,10 +211,14 @@ class SimTarget(DockerTarget):
         pods = self.faults.get("super_pod", {})
         super_pods = {sim_hw().vnic_address(i, d): int(pods.get(n.name, 0))
                       for i, n in enumerate(self.plan.nodes) for d in range(n.device_count)}
-        hw = {"node": node.name, "platform": node.platform, "device_count": node.device_count,
-              "host_ip": node.address, "nic": "eth0", "super_pod_id": int(pods.get(node.name, 0)),
-              "server_index": index, "super_pods": super_pods, "hccs_net": str(dnet),
-              "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
+        return {"node": node.name, "platform": node.platform, "device_count": node.device_count,
+                "host_ip": node.address, "nic": "eth0", "super_pod_id": int(pods.get(node.name, 0)),
+                "server_index": index, "super_pods": super_pods, "hccs_net": str(dnet),
+                "devices": devices, "faults": self.faults.get("hw", {}).get(node.name, {})}
+
+    def stage_extra(self, node: NodePlan) -> Files:
+        """Simulated hardware description and the small checkpoints for /root/.cache."""
+        hw = self.hardware(node)
         files = {"/etc/k3lab-sim/node.json": (json.dumps(hw, indent=2).encode(), 0o644)}
         # the guide's image carries its vLLM / vLLM-Ascend versions as package metadata (pip show reads it)
         from k3lab.launchers.versions import sim_package_files
@@ -201,6 +231,7 @@ class SimTarget(DockerTarget):
         return files
 
     def after_start(self) -> None:
+        self.pin_neighbours()
         # "edit": a wrong script on a node, as if a person copied the wrong template
         for node, exprs in self.faults.get("edit", {}).items():
             for path, expr in exprs:
