@@ -263,6 +263,32 @@ def test_hardware_fault_on_one_host_is_reported_for_that_host_only(lab, runs_dir
         failed = sorted(ln.split("::")[-1].split(" ")[0] for ln in res.stdout.splitlines() if ln.startswith("FAILED"))
         assert failed == ["test_npu_smi_devices_healthy[node1]"], res.stdout[-3000:]
     finally:
+        # the fault is the host's (its node file), as a real NPU's state outlives a container: undo it
+        engine(lab["hosts"][1]).containers.get("vllm-ascend").exec_run(["k3sim-fault", "clear", "devices.3"])
         down = k3lab("down", run_dir.name, timeout=300)
         assert down.returncode == 0, down.stderr
     assert all(not names for names in all_containers(lab).values())
+
+
+# phase, how it fails, command, expected exit code: the failure-path matrix (#31) on several hosts
+LAB_ROWS = [
+    ("host-stage", "exception", "up", 4),       # the host stage's helper containers exist
+    ("containers", "sigterm", "cycle", 130),    # containers on every host
+    ("hardware-stage", "gate", "cycle", 1),
+    ("stage-workers", "sigint", "cycle", 130),
+]
+
+
+@pytest.mark.parametrize("phase, mode, command, code", LAB_ROWS, ids=[f"{p}-{m}-{c}" for p, m, c, _ in LAB_ROWS])
+def test_a_failing_phase_leaves_nothing_on_any_host(lab, runs_dir, phase, mode, command, code):
+    from tests.integration.test_failure_paths import run_failing, state_of
+
+    extra = ["--", "-p", "no:cacheprovider", "-k", "test_health"] if command == "cycle" else []
+    res = run_failing(phase, mode, command, SCENARIO, "-i", str(lab["inventory"]), *extra)
+    out = res.stdout + res.stderr
+    assert f"phasefail: {phase} done, now {mode}" in out, out
+    assert res.returncode == code, out
+    assert all(not names for names in all_containers(lab).values()), all_containers(lab)
+    assert all(not engine(h).networks.list(filters={"label": "k3lab.run"}) for h in lab["hosts"])
+    state = state_of(runs_dir)
+    assert (state["status"], state["left"]) == ("down", {}), state
