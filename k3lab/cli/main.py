@@ -361,8 +361,9 @@ def _add_triage(sub) -> None:
     p = sub.add_parser("triage", help="diagnose a failed run: its likely cause, node, evidence and remedy (no Docker)",
                        description="Diagnose a run directory or a folder of logs collected by hand (one folder per "
                                    "node) against the catalogue of known failure modes (k3lab/diagnosis/catalogue.yaml).",
-                       epilog="exit codes: 0 no known cause matched, 1 a diagnosis, 2 bad input (missing, not a "
-                              "directory, unreadable)")
+                       epilog="exit codes: 0 no error in the logs, 1 a diagnosis (a known cause, or the first error "
+                              "line when none matched), 2 bad input (missing, not a directory, unreadable, no "
+                              "readable log in it); .gz logs are read, skipped files are listed")
     p.add_argument("dir", metavar="DIR", help="run directory (runs/<id>) or folder of logs, one folder per node")
     p.add_argument("--json", action="store_true", help="the whole diagnosis as JSON")
     p.add_argument("--all", action="store_true", help="every cause that matched, not only the first three")

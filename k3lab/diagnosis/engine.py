@@ -114,15 +114,26 @@ class Diagnosis:
     nodes: list[str]
     notes: list[str] = field(default_factory=list)
     gate: dict[str, Any] | None = None  # the failed readiness gate, when the bring-up stopped at one
+    skipped: list[str] = field(default_factory=list)  # files not read as logs, each with why
+    # when no cause matched: the earliest error lines across the nodes, the closest the logs come to a cause
+    first_errors: list[Evidence] = field(default_factory=list)
 
     @property
     def top(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
+    @property
+    def failed(self) -> bool:
+        """A cause matched, or the logs hold an error line no cause explains."""
+        return bool(self.findings or self.first_errors)
+
     def as_dict(self) -> dict[str, Any]:
         return {"dir": str(self.root), "kind": self.kind, "nodes": self.nodes, "gate": self.gate,
                 "findings": [f.as_dict() for f in self.findings],
-                "looked": [{"node": n, "file": f, "bytes": b} for n, f, b in self.looked], "notes": self.notes}
+                "first_errors": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text}
+                                 for e in self.first_errors],
+                "looked": [{"node": n, "file": f, "bytes": b} for n, f, b in self.looked], "notes": self.notes,
+                "skipped": self.skipped}
 
 
 # ------------------------------------------------------------------------------------------ matching
@@ -250,6 +261,23 @@ def _check_hits(rows: list[dict[str, Any]], cause: Cause) -> list[_Hits]:
     return out
 
 
+# An error as the components print one, whatever its cause: a log level, a glog E/F line, a Python exception
+# line, a CANN/HCCL error code (EI0006, EL0001, EZ9999), a vllm-ascend/MindIE ERRnnnnn, a crash.
+_ERROR_LINE = re.compile(
+    rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
+    rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|Segmentation fault|core dumped|Fatal Python error", re.M)
+FIRST_ERRORS = 3
+
+
+def _first_errors(files: list[LogFile], rank) -> list[Evidence]:
+    """The earliest error lines across the files (by their times, else the order read), at most FIRST_ERRORS."""
+    found: list[Evidence] = []
+    for f in files:
+        positions = [m.start() for _, m in zip(range(4 * KEEP), _ERROR_LINE.finditer(f.data))]
+        found += _evidence(f, positions)[:FIRST_ERRORS]
+    return sorted(found, key=rank)[:FIRST_ERRORS]
+
+
 # ------------------------------------------------------------------------------------------ ranking
 
 
@@ -318,4 +346,6 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
             findings.append(_finding(cause, hits, rank))
     findings.sort(key=_order)
     looked = [(f.node, f.rel, f.size) for f in layout.files]
-    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems, gate)
+    first = [] if findings else _first_errors(layout.files, rank)
+    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems, gate,
+                     layout.skipped, first)

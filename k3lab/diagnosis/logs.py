@@ -8,9 +8,12 @@ tail of a larger file: the end of a log is where a failure is), at most ``MAX_FI
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
+import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +49,7 @@ class Layout:
     nodes: list[str] = field(default_factory=list)  # in the run's plan order when there is one
     inspect: dict[str, dict] = field(default_factory=dict)  # node -> docker inspect
     notes: list[str] = field(default_factory=list)  # what could not be read, or was read in part
+    skipped: list[str] = field(default_factory=list)  # files not read as logs, each with why
 
 
 def check_dir(path: str | Path) -> Path:
@@ -74,6 +78,33 @@ def read_tail(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, int, int]
         data = fh.read(limit)
     cut = data.find(b"\n") + 1  # a partial first line would match half a message
     return data[cut:], size, size - limit + cut
+
+
+def read_gz_tail(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, int, int]:
+    """(data, size, skipped) of a gzip log: its decompressed tail, streamed so memory stays within ``limit``."""
+    chunks: deque[bytes] = deque()
+    size = kept = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            size += len(chunk)
+            chunks.append(chunk)
+            kept += len(chunk)
+            while kept - len(chunks[0]) >= limit:  # the oldest chunk is not needed for the last ``limit`` bytes
+                kept -= len(chunks.popleft())
+    tail = b"".join(chunks)[-limit:]
+    if size <= limit:
+        return tail, size, 0
+    cut = tail.find(b"\n") + 1  # a partial first line would match half a message
+    return tail[cut:], size, size - limit + cut
+
+
+_CONTROL = bytes(b for b in range(32) if b not in (0, 9, 10, 12, 13, 27))  # NUL: copytruncate pads logs with it
+
+
+def _binary(data: bytes) -> bool:
+    """Mostly control bytes: a core dump, an archive or an image, not a text log."""
+    sample = data[:4096]
+    return len(sample.translate(None, _CONTROL)) < 0.9 * len(sample)
 
 
 def _regular(entry: os.DirEntry) -> bool:
@@ -152,6 +183,8 @@ def collect(root: Path, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FI
                 if (doc := _inspect(path, layout.notes, rel)) is not None:
                     layout.inspect[node] = doc
             elif not _wanted(path):
+                if layout.kind == "logs":  # in a run directory they are the kit's own files, no news to anyone
+                    layout.skipped.append(f"{rel} (not a log: {path.suffix.lower() or path.name})")
                 continue
             elif len(layout.files) >= max_files:
                 layout.notes.append(f"more than {max_files} files: the rest were not read")
@@ -162,10 +195,15 @@ def collect(root: Path, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FI
 
 
 def _add(layout: Layout, node: str, path: Path, rel: str, max_bytes: int) -> None:
+    reader = read_gz_tail if path.suffix.lower() == ".gz" else read_tail
     try:
-        data, size, skipped = read_tail(path, max_bytes)
-    except OSError as exc:
-        layout.notes.append(f"{rel}: unreadable ({exc.strerror or exc})")
+        data, size, skipped = reader(path, max_bytes)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        layout.skipped.append(f"{rel} (unreadable: {why})")
+        return
+    if _binary(data):
+        layout.skipped.append(f"{rel} (not a log: binary)")
         return
     if skipped:
         layout.notes.append(f"{rel}: {size / 2**20:.0f} MiB, read its last {max_bytes / 2**20:.0f} MiB")

@@ -1,7 +1,9 @@
 """``k3lab triage DIR``, and the diagnosis as the terminal shows it when a run fails.
 
 DIR is a run directory (``runs/<id>``) or a folder of logs collected by hand, one folder per node.
-Exit codes: 0 no known cause matched, 1 a diagnosis, 2 bad input (missing, not a directory, unreadable).
+Exit codes: 0 no error in the logs, 1 a diagnosis (a known cause, or the first error line when no cause
+matched), 2 bad input (missing, not a directory, unreadable, no readable log in it). ``.gz`` logs are read;
+files not read (not a log, binary, unreadable) are listed with why.
 """
 from __future__ import annotations
 
@@ -48,18 +50,34 @@ def text(d: Diagnosis, limit: int = 3) -> list[str]:
     if not d.findings:
         lines.append(f"diagnosis: no known cause matched in {_where_looked(d)}; read the engine and proxy logs there "
                      "and the guide's FAQ")
+    for i, e in enumerate(d.first_errors):
+        node = "" if e.node in e.file.split("/") else f"{e.node} "
+        lines.append(f"  {'first error, cause unknown' if i == 0 else 'then'}: {node}{e.where()}: {e.text}")
     for i, f in enumerate(d.findings[:limit], 1):
         lines += _finding_lines(f, i)
     lines += [f"note: {n}" for n in d.notes[:5]]
+    if d.skipped:
+        more = f" and {len(d.skipped) - SHOW_FILES} more" if len(d.skipped) > SHOW_FILES else ""
+        lines.append(f"skipped: {', '.join(d.skipped[:SHOW_FILES])}{more}")
     return lines
+
+
+def _no_log(d: Diagnosis) -> str | None:
+    """Why the directory cannot be diagnosed at all: no log was read and nothing else points anywhere."""
+    if d.looked or d.findings or d.gate:
+        return None
+    why = f"; skipped {len(d.skipped)} file(s): {', '.join(d.skipped[:SHOW_FILES])}" if d.skipped else " (no file in it)"
+    return f"{d.root}: no readable log{why}; give a run directory or a folder of logs, one folder per node"
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
     d = diagnose(Path(args.dir))
+    if (why := _no_log(d)) is not None:
+        raise errors.InputError(why)
     if args.json:
         print(json.dumps(d.as_dict(), indent=2))
     else:
         print("\n".join(text(d, limit=len(d.findings) if args.all else 3)))
         if d.findings:
             print(f"looked at {_where_looked(d)}")
-    return errors.CHECKS_FAILED if d.findings else errors.OK
+    return errors.CHECKS_FAILED if d.failed else errors.OK

@@ -1,6 +1,7 @@
 """``k3lab triage DIR``: a run directory or a hand-collected log folder; exit 0 none, 1 a diagnosis, 2 bad input."""
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -51,9 +52,43 @@ def test_bad_input_exit_2_without_traceback(tmp_path, capsys, arg, msg):
     assert msg in err and "Traceback" not in err
 
 
-def test_empty_directory(tmp_path, capsys):
-    assert main(["triage", str(tmp_path)]) == 0
-    assert "no known cause matched in 0 file(s)" in capsys.readouterr().out
+@pytest.mark.parametrize("make, msg", [
+    (lambda d: (d / "n0").mkdir(), "no readable log (no file in it)"),  # a mistyped or empty folder
+    (lambda d: (d / "n0").mkdir() or (d / "n0" / "config.yaml").write_text("a: 1"),
+     "skipped 1 file(s): n0/config.yaml (not a log: .yaml)"),
+    (lambda d: (d / "core.1").write_bytes(bytes(range(32)) * 200), "core.1 (not a log: binary)"),
+    (lambda d: (d / "engine.log.gz").write_bytes(b"not gzip at all"), "engine.log.gz (unreadable: "),
+])
+def test_no_readable_log_is_bad_input(tmp_path, capsys, make, msg):
+    make(tmp_path)
+    assert main(["triage", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_gzip_log_is_read_and_skipped_files_are_listed(tmp_path, capsys):
+    (tmp_path / "n0").mkdir()
+    (tmp_path / "n0" / "engine.log.1.gz").write_bytes(gzip.compress((LOGS / "npu-oom/1.log").read_bytes()))
+    (tmp_path / "n0" / "env.yaml").write_text("a: 1")
+    (tmp_path / "n0" / "core.7").write_bytes(bytes(range(32)) * 200)
+    assert main(["triage", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("cause: npu-oom on n0") and "n0/engine.log.1.gz:1: RuntimeError: NPU out of memory" in out
+    assert "skipped: n0/core.7 (not a log: binary), n0/env.yaml (not a log: .yaml)" in out
+    assert main(["triage", "--json", str(tmp_path)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["skipped"] == ["n0/core.7 (not a log: binary)", "n0/env.yaml (not a log: .yaml)"]
+
+
+def test_error_no_cause_explains_gives_the_first_error_and_exit_1(tmp_path, capsys):
+    (tmp_path / "n0").mkdir()
+    shutil.copy(LOGS / "healthy" / "2.log", tmp_path / "n0" / "a.log")
+    # a made-up test line, not a real log: an error no cause of the catalogue explains
+    (tmp_path / "n0" / "b.log").write_text("ERROR 11-27 10:01:02 [core.py:708] ValueError: something new\n")
+    assert main(["triage", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "no known cause matched" in out
+    assert "first error, cause unknown: n0/b.log:1: ERROR 11-27 10:01:02 [core.py:708] ValueError: something new" in out
 
 
 def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monkeypatch):
