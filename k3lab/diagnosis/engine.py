@@ -262,19 +262,36 @@ def _check_hits(rows: list[dict[str, Any]], cause: Cause) -> list[_Hits]:
 
 
 # An error as the components print one, whatever its cause: a log level, a glog E/F line, a Python exception
-# line, a CANN/HCCL error code (EI0006, EL0001, EZ9999), a vllm-ascend/MindIE ERRnnnnn, a crash.
+# line, a CANN/HCCL error code (EI0006, EL0001, EZ9999), a vllm-ascend/MindIE ERRnnnnn, "failed", a crash.
 _ERROR_LINE = re.compile(
     rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
-    rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|Segmentation fault|core dumped|Fatal Python error", re.M)
+    rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
+    rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure", re.M)
+# a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
+# from vllm._C" is a warning every vllm-ascend start prints)
+_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]")
 FIRST_ERRORS = 3
+FIRST_ERROR_BYTES = 8 << 20  # of each file's end: the generic error regex is slow, and a failure ends a log
+
+
+def _error_positions(data: bytes) -> list[int]:
+    out: list[int] = []
+    start = max(0, len(data) - FIRST_ERROR_BYTES)
+    start = data.find(b"\n", start - 1) + 1 if start else 0  # from a whole line
+    for m in _ERROR_LINE.finditer(data, start):
+        start, end = _line_at(data, m.start())
+        if not _NOT_ERROR.search(data, start, end) and (not out or _line_at(data, out[-1])[0] != start):
+            out.append(m.start())
+            if len(out) >= FIRST_ERRORS:
+                break
+    return out
 
 
 def _first_errors(files: list[LogFile], rank) -> list[Evidence]:
     """The earliest error lines across the files (by their times, else the order read), at most FIRST_ERRORS."""
     found: list[Evidence] = []
     for f in files:
-        positions = [m.start() for _, m in zip(range(4 * KEEP), _ERROR_LINE.finditer(f.data))]
-        found += _evidence(f, positions)[:FIRST_ERRORS]
+        found += _evidence(f, _error_positions(f.data))
     return sorted(found, key=rank)[:FIRST_ERRORS]
 
 
