@@ -23,6 +23,12 @@ LOGS = FIX / "failure_logs"
 HELDOUT = FIX / "failure_logs_heldout"
 CAT = catalogue.load()
 EXCERPTS = sorted(p for p in LOGS.glob("*/*.log") if p.parent.name != "healthy")
+# the development part of the real corpus (tests/unit/test_triage_corpus.py), <cause>--<thread>.log
+CORPUS_DEV = {p: p.name.split("--")[0] for p in sorted((FIX / "triage_corpus" / "dev").glob("*.log"))}
+
+
+def _cause_of(p: Path) -> str:
+    return CORPUS_DEV.get(p, p.parent.name)
 
 
 def _one(tmp_path: Path, *files: Path, node: str = "n0") -> Path:
@@ -41,11 +47,13 @@ def test_catalogue_holds_twenty_causes_each_with_sources():
 
 def test_every_cause_has_real_sourced_excerpts():
     sources = yaml.safe_load((LOGS / "sources.yaml").read_text())
+    corpus = yaml.safe_load((FIX / "triage_corpus" / "corpus.yaml").read_text())
     for c in CAT.causes:
-        mine = [p for p in EXCERPTS if p.parent.name == c.id]
-        assert mine, f"{c.id}: no excerpt under tests/fixtures/failure_logs/{c.id}/"
+        mine = [p for p in EXCERPTS if p.parent.name == c.id] + [p for p, cid in CORPUS_DEV.items() if cid == c.id]
+        assert mine, f"{c.id}: no excerpt under tests/fixtures/failure_logs/{c.id}/ nor triage_corpus/dev/"
         for p in mine:
-            assert sources.get(f"{c.id}/{p.name}", {}).get("url"), f"{p}: no source in sources.yaml"
+            source = corpus.get(f"dev/{p.name}") if p in CORPUS_DEV else sources.get(f"{c.id}/{p.name}")
+            assert (source or {}).get("url"), f"{p}: no source in sources.yaml / corpus.yaml"
     assert {p.parent.name for p in EXCERPTS} <= set(CAT.ids), "excerpts of a cause the catalogue lacks"
 
 
@@ -59,7 +67,8 @@ def test_excerpt_is_diagnosed_as_its_cause(tmp_path, path):
 
 
 def test_every_signature_matches_a_real_excerpt():
-    text = {c.id: b"".join(p.read_bytes() for p in EXCERPTS if p.parent.name == c.id) for c in CAT.causes}
+    real = [*EXCERPTS, *CORPUS_DEV]
+    text = {c.id: b"".join(p.read_bytes() for p in real if _cause_of(p) == c.id) for c in CAT.causes}
     for c in CAT.causes:
         for sig in c.signatures:
             assert sig.regex.search(text[c.id]), f"{c.id}: signature {sig.pattern!r} matches none of its excerpts"
