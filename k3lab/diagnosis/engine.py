@@ -99,7 +99,10 @@ class Finding:
 
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
-        return {"id": c.id, "title": c.title, "component": c.component, "tier": c.tier, "node": self.node,
+        # a cause the logs state outright is high confidence; a symptom (a timeout, a dead engine) only points
+        confidence = "high" if c.tier == "cause" else "medium"
+        return {"id": c.id, "title": c.title, "component": c.component, "tier": c.tier, "confidence": confidence,
+                "node": self.node,
                 "nodes": self.nodes, "count": self.count, "explanation": c.explanation, "remedy": c.remedy,
                 "sources": c.sources,
                 "evidence": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text} for e in self.evidence]}
@@ -128,7 +131,8 @@ class Diagnosis:
         return bool(self.findings or self.first_errors)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"dir": str(self.root), "kind": self.kind, "nodes": self.nodes, "gate": self.gate,
+        verdict = "cause" if self.findings else "first-error" if self.first_errors else "clean"
+        return {"dir": str(self.root), "kind": self.kind, "verdict": verdict, "nodes": self.nodes, "gate": self.gate,
                 "findings": [f.as_dict() for f in self.findings],
                 "first_errors": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text}
                                  for e in self.first_errors],

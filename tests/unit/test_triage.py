@@ -33,6 +33,8 @@ def test_json_output(tmp_path, capsys):
     assert main(["triage", "--json", str(_hand(tmp_path))]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["kind"] == "logs" and doc["findings"][0]["id"] == "npu-oom" and doc["findings"][0]["node"] == "node-b"
+    assert doc["verdict"] == "cause" and doc["findings"][0]["confidence"] == "high"
+    assert doc["findings"][1]["id"] == "hccl-link-timeout" and doc["findings"][1]["confidence"] == "medium"
     assert {"node": "node-b", "file": "node-b/engine.log", "bytes": (LOGS / "npu-oom/1.log").stat().st_size} in doc["looked"]
 
 
@@ -42,6 +44,9 @@ def test_nothing_found_says_where_it_looked(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "no known cause matched in 4 file(s)" not in out  # sources.yaml is not a log
     assert "no known cause matched in 3 file(s) on 1 node folder(s)" in out and "n0/1.log" in out
+    assert "first error" not in out and "skipped: n0/sources.yaml (not a log: .yaml)" in out
+    assert main(["triage", "--json", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "clean"
 
 
 @pytest.mark.parametrize("arg, msg", [("missing", "no such directory"), ("file", "not a directory")])
@@ -89,6 +94,9 @@ def test_error_no_cause_explains_gives_the_first_error_and_exit_1(tmp_path, caps
     out = capsys.readouterr().out
     assert "no known cause matched" in out
     assert "first error, cause unknown: n0/b.log:1: ERROR 11-27 10:01:02 [core.py:708] ValueError: something new" in out
+    assert main(["triage", "--json", str(tmp_path)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "first-error" and doc["findings"] == [] and doc["first_errors"][0]["file"] == "n0/b.log"
 
 
 def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monkeypatch):
