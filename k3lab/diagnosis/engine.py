@@ -14,11 +14,12 @@ import fnmatch
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from k3lab.diagnosis import catalogue as _catalogue
+from k3lab.diagnosis import codes as _codes
 from k3lab.diagnosis.catalogue import Catalogue, Cause, Signature
 from k3lab.diagnosis.logs import NO_NODE, Layout, LogFile, check_dir, collect
 from k3lab.model import runs
@@ -134,8 +135,8 @@ class Diagnosis:
         verdict = "cause" if self.findings else "first-error" if self.first_errors else "clean"
         return {"dir": str(self.root), "kind": self.kind, "verdict": verdict, "nodes": self.nodes, "gate": self.gate,
                 "findings": [f.as_dict() for f in self.findings],
-                "first_errors": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text}
-                                 for e in self.first_errors],
+                "first_errors": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
+                                  "codes": _codes.describe(e.text)} for e in self.first_errors],
                 "looked": [{"node": n, "file": f, "bytes": b} for n, f, b in self.looked], "notes": self.notes,
                 "skipped": self.skipped}
 
@@ -295,7 +296,12 @@ def _first_errors(files: list[LogFile], rank) -> list[Evidence]:
     """The earliest error lines across the files (by their times, else the order read), at most FIRST_ERRORS."""
     found: list[Evidence] = []
     for f in files:
-        found += _evidence(f, _error_positions(f.data))
+        mine, later = _evidence(f, _error_positions(f.data)), None
+        for i in reversed(range(len(mine))):  # a line without a time (a traceback's) is no later than the next
+            if mine[i].when is None:
+                mine[i] = replace(mine[i], when=later)
+            later = mine[i].when
+        found += mine
     return sorted(found, key=rank)[:FIRST_ERRORS]
 
 

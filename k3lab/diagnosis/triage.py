@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from k3lab import errors
+from k3lab.diagnosis.codes import describe
 from k3lab.diagnosis.engine import Diagnosis, Finding, diagnose
 
 SHOW_FILES = 6  # files named in "where it looked" before "and N more"
@@ -53,6 +54,8 @@ def text(d: Diagnosis, limit: int = 3) -> list[str]:
     for i, e in enumerate(d.first_errors):
         node = "" if e.node in e.file.split("/") else f"{e.node} "
         lines.append(f"  {'first error, cause unknown' if i == 0 else 'then'}: {node}{e.where()}: {e.text}")
+        if meaning := describe(e.text):
+            lines.append(f"    code {meaning}")
     for i, f in enumerate(d.findings[:limit], 1):
         lines += _finding_lines(f, i)
     lines += [f"note: {n}" for n in d.notes[:5]]
