@@ -190,7 +190,10 @@ def _fault(args: argparse.Namespace):
     if fault is None or fault.kind != "live":
         raise UsageError(f"--inject takes a live fault id of k3lab/tools/faults.py (k3lab faults --list), "
                          f"not {args.inject!r}")
-    if fault.scenario != args.scenario or (args.target or ("lab" if args.inventory else "sim")) != "sim":
+    from k3lab.model import select, targetkinds
+
+    target = select.target(args.scenario, args.target, args.inventory)
+    if fault.scenario != args.scenario or not targetkinds.kind(target).simulated:
         raise UsageError(f"fault {fault.id} is for {fault.scenario} on the sim target")
     return fault
 

@@ -77,7 +77,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     out = render.check_out(args.out, force=args.force)
     rendered = build(args)
     written = render.write(rendered, out, force=args.force)
-    where = "the simulator" if rendered.plan.target == "sim" else "a lab"
+    from k3lab.model import targetkinds
+
+    where = targetkinds.kind(rendered.plan.target).where
     print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
           f"({written / 'RUNBOOK.md'} says how to run them by hand)")
     return 0

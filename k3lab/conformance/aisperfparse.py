@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from k3lab.conformance import benchparse
-from k3lab.model import apikey
+from k3lab.model import apikey, targetkinds
 
 GUIDE = "Kimi K3 guide §8.4"
 HELPER = "aisbench_test.py"
@@ -296,4 +296,7 @@ def workload_mismatch(recorded: dict[str, Any], workload: Workload) -> list[str]
 
 def not_comparable(target: str) -> str | None:
     """Why numbers of this run compare with no lab baseline (k3lab baseline/compare rule), else None."""
-    return "measured on the simulator: not comparable with a lab's numbers" if target == "sim" else None
+    kind = targetkinds.KINDS.get(target)
+    if kind is None:
+        return f"measured on an unknown target {target!r}: not comparable with a lab's numbers"
+    return f"measured on {kind.where}: not comparable with a lab's numbers" if kind.simulated else None

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from k3lab.model import families
+from k3lab.model import families, targetkinds
 from k3lab.model.catalog import Scenario
 
 # The vllm-ascend release whose example programs (the proxy, launch_online_dp.py) the sim runs per guide.
@@ -40,24 +40,18 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
         add("proxy-node", "kit", "the proxy runs on P0's node by default, with proxy variables unset",
             "the guide names a 'Proxy node' without fixing it; httpx honours proxy variables, which would "
             "misroute P and D traffic")
-    if target == "sim":
-        add("sim-network", "target", "bridge network with a static IP per node instead of --net=host",
-            "each simulated node needs its own address on one machine")
-        add("sim-privileged", "target", "no --privileged", "the container runtime here refuses privileged containers")
-        add("sim-devices", "target", "no --device /dev/davinci*; driver and tool mounts come from the sim image",
-            "there are no NPUs; stand-ins answer npu-smi, hccn_tool and the engine from a simulated device table")
-        add("sim-cache", "target", "/root/.cache is staged from fixtures/ (small checkpoints) instead of a host mount",
-            "the sim has no model weights; files are copied through the Docker API")
-        add("sim-net-admin", "target", "adds --cap-add NET_ADMIN", "to give simulated NPU devices their own addresses")
-        if sc.pd:
-            version = sim_vllm_ascend(sc.seed)
-            if version == SIM_VLLM_ASCEND_K3:
-                add("sim-vllm-ascend", "target", f"the proxy and launch_online_dp.py are the real ones of vllm-ascend "
-                    f"{version} (from the package registry), the fix release of the guide's 0.23.0",
-                    "the sim has no vllm-ascend image; the registry's sdist carries the released example programs")
-            else:
-                add("sim-vllm-ascend", "target", f"the proxy and launch_online_dp.py are the real ones of vllm-ascend "
-                    f"{version}, older than the guide's 0.30.0",
-                    f"0.30.0 is not on the package registry; {version} is the newest release there (its proxy has "
-                    "/v1/models, which the kit's gates and checks do not use)")
+    tk = targetkinds.kind(target)
+    for id, what, why in tk.deviations:
+        add(id, "target", what, why)
+    if tk.simulated and sc.pd:
+        version = sim_vllm_ascend(sc.seed)
+        if version == SIM_VLLM_ASCEND_K3:
+            add("sim-vllm-ascend", "target", f"the proxy and launch_online_dp.py are the real ones of vllm-ascend "
+                f"{version} (from the package registry), the fix release of the guide's 0.23.0",
+                "the sim has no vllm-ascend image; the registry's sdist carries the released example programs")
+        else:
+            add("sim-vllm-ascend", "target", f"the proxy and launch_online_dp.py are the real ones of vllm-ascend "
+                f"{version}, older than the guide's 0.30.0",
+                f"0.30.0 is not on the package registry; {version} is the newest release there (its proxy has "
+                "/v1/models, which the kit's gates and checks do not use)")
     return out

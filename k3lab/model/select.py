@@ -6,6 +6,7 @@ Kept light: the CLI imports it at start-up.
 from __future__ import annotations
 
 from k3lab.errors import UsageError
+from k3lab.model import targetkinds
 from k3lab.model.hints import hint
 
 
@@ -37,9 +38,9 @@ def scenario_id(value: str) -> str:
 def target(scenario: str, target: str | None, inventory: str | None) -> str:
     """The target a command runs for: ``--target``, else lab with an inventory and sim without one.
     A lab needs its inventory: without one the sim's bridge addresses would pass for a lab's."""
-    tgt = target or ("lab" if inventory is not None else "sim")
-    if tgt == "lab" and inventory is None:
-        raise UsageError(f"--target lab needs the lab's inventory (-i lab.yaml; k3lab init {scenario} "
+    tgt = target or (targetkinds.WITH_INVENTORY if inventory is not None else targetkinds.DEFAULT)
+    if targetkinds.kind(tgt).needs_inventory and inventory is None:
+        raise UsageError(f"--target {tgt} needs the lab's inventory (-i lab.yaml; k3lab init {scenario} "
                          f"--out lab.yaml writes one)")
     return tgt
 

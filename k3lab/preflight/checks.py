@@ -16,11 +16,12 @@ from typing import Callable, Iterable
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import accept
+from k3lab.model import accept, targetkinds
 from k3lab.model.accept import AcceptedFinding
 from k3lab.model.catalog import DEVICES
 from k3lab.model.checks import CheckInfo, Severity
 from k3lab.model.plan import Plan, Process, Topology, flag
+from k3lab.model.targetkinds import TargetKind
 from k3lab.render.scripts import PROXY_VARS as SCRIPT_PROXY_VARS
 
 FIXTURES = paths.FIXTURES / "checkpoints"
@@ -124,6 +125,11 @@ class Facts:
     mmc: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (node, artefact) -> keys
     checkpoints: Path = FIXTURES
     sim_subnet: str | None = None  # the inventory's sim.subnet, when the caller has the inventory
+
+    @property
+    def kind(self) -> TargetKind:
+        """What the plan's target is (its facts, not its name: the checks never branch on a target's name)."""
+        return targetkinds.kind(self.plan.target)
 
 
 def parse_conf(text: str) -> dict[str, str]:
@@ -647,7 +653,7 @@ def _addr_placeholder(f: Facts):
        "loopback, link-local, broadcast, or the network/broadcast address of the sim subnet.",
        "give each node the address of its NIC on the cluster network.")
 def _addr_special(f: Facts):
-    net = ipaddress.ip_network(f.sim_subnet) if f.sim_subnet and f.plan.target == "sim" else None
+    net = ipaddress.ip_network(f.sim_subnet) if f.sim_subnet and f.kind.own_subnet else None
     multi = len(f.plan.nodes) > 1
     for node in f.plan.nodes:
         ip = _ip(node.address)
@@ -668,7 +674,7 @@ def _addr_special(f: Facts):
 @check("PF-SIM-SUBNET", "addresses", "error", "On the sim target every node address MUST be a host address of sim.subnet other "
        "than its gateway (the first host).", "move local_ip into sim.subnet, or change sim.subnet.")
 def _sim_subnet(f: Facts):
-    if f.plan.target != "sim" or not f.sim_subnet:
+    if not f.kind.own_subnet or not f.sim_subnet:
         return
     net = ipaddress.ip_network(f.sim_subnet)
     gateway = next(net.hosts(), None)
@@ -684,7 +690,7 @@ def _sim_subnet(f: Facts):
        "(docker run --name fails on the second one).",
        "set container_name per node, or give each node its own endpoint.")
 def _container_shared(f: Facts):
-    if f.plan.target == "sim":  # the sim names containers k3lab-<run>-<node>
+    if f.kind.names_containers:  # the sim names containers k3lab-<run>-<node>
         return
     seen: dict[tuple[str, str], list[str]] = defaultdict(list)
     for node in f.plan.nodes:
@@ -713,7 +719,7 @@ def _option_unused(f: Facts):
        "goes into the kit. Offline, point the model path at a directory name the simulator carries "
        "(k3lab list shows each scenario's).")
 def _checkpoint(f: Facts):
-    if f.checkpoint is None and f.plan.target != "lab":
+    if f.checkpoint is None and f.kind.simulated:
         yield f"no config.json for {f.plan.expect.model_path} in the simulator's checkpoints; model checks skipped.", ()
 
 
@@ -747,7 +753,7 @@ def under_mount(path: str, targets: list[str]) -> bool:
        "keep model_path, the draft and the caches under a directory the container mounts (the guide mounts "
        "/root/.cache: model_path /root/.cache/<checkpoint dir>), and copy the checkpoint there on every node.")
 def _mount_paths(f: Facts):
-    if f.plan.target != "lab":
+    if not f.kind.real_hosts:
         return
     for node in f.plan.nodes:
         targets = [m.target.rstrip("/") or "/" for m in node.container.mounts]

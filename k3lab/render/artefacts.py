@@ -17,7 +17,7 @@ import pydantic_core
 
 from k3lab import outputs
 from k3lab.errors import InputError
-from k3lab.model import catalog, deviations
+from k3lab.model import catalog, deviations, targetkinds
 from k3lab.model.catalog import OPTIONS, Scenario
 from k3lab.model.inventory import PATH_RE, Inventory, InventoryError, Node
 from k3lab.model.plan import (
@@ -270,7 +270,7 @@ class _Build:
 
     def container(self, node: Node) -> Container:
         container = _container(self.sc, self.inv, node, self.run_label)
-        if self.target == "lab":  # the one listed place a lab run may differ from hardware (k3lab.render.profiles)
+        if targetkinds.kind(self.target).real_hosts:  # the one listed place a lab may differ (k3lab.render.profiles)
             container = profiles.apply(self.inv.lab.profile, container)
         return container
 
@@ -421,7 +421,7 @@ class _Build:
 
     def deviations(self) -> list[Deviation]:
         found = deviations.for_scenario(self.sc, self.opts, self.target)
-        if self.target == "lab":
+        if targetkinds.kind(self.target).real_hosts:
             found += profiles.deviations(self.inv.lab.profile)
         return [Deviation.make(**d) for d in found]
 

@@ -11,6 +11,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
+from k3lab.model import targetkinds
 from k3lab.model.plan import Gate, NodePlan, Plan, Process, Stage
 
 NAME = "RUNBOOK.md"
@@ -19,7 +20,7 @@ _TEMPLATE = """\
 # Runbook: {{ plan.scenario }} ({{ plan.section }})
 
 {{ plan.title }}. Rendered for **{{ target_words }}** (inventory `{{ plan.inventory }}`).
-{% if plan.target == "sim" %}
+{% if kind.simulated %}
 
 > These artefacts were rendered for the **simulator**: the addresses ({{ addresses }}) and NIC
 > `{{ nics }}` belong to the simulator's private bridge and do not exist in a lab. `k3lab up {{ plan.scenario }}`
@@ -190,11 +191,10 @@ def text(plan: Plan) -> str:
     stages = [_stage(stage, plan, by_name, log_of, docker_of) for stage in plan.stages]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
-    lab = plan.target == "lab"
+    kind = targetkinds.kind(plan.target)
     out = env.from_string(_TEMPLATE).render(
-        plan=plan, nodes=nodes, stages=stages,
-        target_words="a lab (each node its own Docker endpoint)" if lab else "the simulator",
-        inventory_arg=f" -i {shlex.quote(plan.inventory)}" if lab else "",
+        plan=plan, kind=kind, nodes=nodes, stages=stages, target_words=kind.description,
+        inventory_arg=f" -i {shlex.quote(plan.inventory)}" if kind.needs_inventory else "",
         addresses=", ".join(n.address for n in plan.nodes), nics=", ".join(sorted({n.nic for n in plan.nodes})),
         images=", ".join(sorted({n.container.image for n in plan.nodes})),
         key_note=any(p.kind in ("engine", "launcher", "proxy") for p in procs.values()))

@@ -19,7 +19,7 @@ from k3lab import outputs, paths
 from k3lab.conformance import benchparse
 from k3lab.errors import UsageError
 from k3lab.launchers import versions
-from k3lab.model import catalog, numbers, runs, safeyaml
+from k3lab.model import catalog, numbers, runs, safeyaml, targetkinds
 from k3lab.reports import report
 
 # the metrics a baseline gates: throughput up, latency down (benchparse.gate_perf)
@@ -72,7 +72,9 @@ def _lab_run(run_dir: Path):
     if sid not in catalog.SCENARIOS:  # it names the baseline file: never a path (../)
         raise UsageError(f"{run_dir}: plan.json names scenario {sid!r}, which is not in the catalog")
     target = run.target
-    if target == "sim":
+    if target not in targetkinds.KINDS:
+        raise UsageError(f"{run_dir}: plan.json names target {target!r}, which the kit does not know")
+    if targetkinds.kind(target).simulated:
         raise UsageError(f"{run_dir}: a simulator run; its perf numbers are not comparable with a lab's and never "
                          "gate, so they make no baseline (record from a lab run: k3lab cycle ID -i lab.yaml -- --perf)")
     return run, sid, target

@@ -26,7 +26,7 @@ from k3lab import formats
 from k3lab.conformance import toolparse
 from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
-from k3lab.model import checks, runs, siminventory
+from k3lab.model import checks, runs, siminventory, targetkinds
 from k3lab.model.inventory import Inventory
 from k3lab.model.plan import Process, Topology
 from k3lab.preflight import checks as preflight
@@ -117,7 +117,7 @@ def _ports(sid: str, **update) -> render.Rendered:
 def _inv(sid: str, nodes: dict[str, dict], target: str = "sim", options: dict | None = None,
          **top) -> render.Rendered:
     inv = siminventory.default(sid).model_dump()
-    if target == "lab":  # the sim inventory's nodes share one endpoint: keep their containers apart
+    if not targetkinds.kind(target).names_containers:  # the sim inventory's nodes share one endpoint: keep them apart
         for n in inv["nodes"]:
             n["container_name"] = f"vllm-{n['name']}"
     for name, update in nodes.items():

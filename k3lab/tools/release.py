@@ -32,7 +32,7 @@ from typing import Any
 from k3lab import __version__, formats
 from k3lab.errors import UsageError
 from k3lab.launchers.sim import neighbours
-from k3lab.model import catalog, runs, siminventory
+from k3lab.model import catalog, runs, siminventory, targetkinds
 from k3lab.model.accept import AcceptedFinding
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
@@ -130,7 +130,7 @@ class Live:
                 argv += ["--inject", inject]
             if self.extra:
                 argv += ["--", *self.extra]
-            env = {**os.environ, "K3LAB_RUNS": str(runs), **(_slot_env(slot) if self.target == "sim" else {})}
+            env = {**os.environ, "K3LAB_RUNS": str(runs), **(_slot_env(slot) if targetkinds.kind(self.target).own_subnet else {})}
             _log(f"{sid}: cycle started (slot {slot}){' with fault ' + inject if inject else ''}")
             t = time.monotonic()
             with log.open("w") as fh:
@@ -184,7 +184,7 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
     slots = max(1, jobs) if jobs else SLOTS
     t1 = time.monotonic()
     if live:
-        if target == "sim":
+        if targetkinds.kind(target).simulated:  # every cycle on this machine's engine, from the sim image
             _build_images(scenarios)
             slots, warnings = _sim_slots(scenarios, slots, explicit=bool(jobs))
         runner = Live(out, slots, target, timeout, _cycle_pytest_args(target, pytest_extra or []))
@@ -210,7 +210,7 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
 
 
 def _cycle_pytest_args(target: str, extra: list[str]) -> list[str]:
-    if target != "sim" or any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
+    if not targetkinds.kind(target).simulated or any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
         return list(extra)
     # the slots already keep the cores busy; xdist's workers would add ~3 CPU-s of interpreter
     # start-up per cycle (measured: release 169.8 s -> 154.9 s on 2 cores)
@@ -327,8 +327,8 @@ def cmd_release(args) -> int:
         scenario_id(sid)  # unknown ids: a usage error with a did-you-mean
     inventories = _pairs(args.inventory, "--inventory")
     missing = [s for s in scenarios if s not in inventories]
-    if args.target == "lab" and missing and not args.static_only:
-        raise UsageError(f"--target lab needs --inventory SCENARIO=FILE for {', '.join(missing)}")
+    if targetkinds.kind(args.target).needs_inventory and missing and not args.static_only:
+        raise UsageError(f"--target {args.target} needs --inventory SCENARIO=FILE for {', '.join(missing)}")
     inject = _pairs(args.inject, "--inject")
     _check_injections(inject, scenarios, args.target)
     out = Path(args.out) if args.out else RELEASES / time.strftime("%Y%m%d-%H%M%S")
@@ -349,7 +349,7 @@ def _check_injections(inject: dict[str, str], scenarios: list[str], target: str)
         fault = faults.CATALOG.get(fid)
         if fault is None or fault.kind != "live":
             raise UsageError(f"--inject {sid}={fid}: not a live fault of the catalog (k3lab faults --list)")
-        if fault.scenario != sid or target != "sim":
+        if fault.scenario != sid or not targetkinds.kind(target).simulated:
             raise UsageError(f"--inject {sid}={fid}: fault {fid} is for {fault.scenario} on the sim target")
         if sid not in scenarios:
             raise UsageError(f"--inject {sid}={fid}: {sid} is not among the release's scenarios")

@@ -1,0 +1,63 @@
+"""What each target is, as data: the facts the renderer, preflight, reports and the suite need about where a
+plan runs, so none of them branches on a target's name.
+
+The target implementations (:mod:`k3lab.launchers.targets`) say how to create, reach and tear down; this
+module, in the model layer below them, says what the layers below the launchers may rely on. A new target
+(Kubernetes) adds one :class:`TargetKind` here and one module there, and touches no consumer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from k3lab.errors import UsageError
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    name: str
+    where: str  # how the CLI names it: "the simulator", "a lab"
+    description: str  # how the RUNBOOK names it
+    # the nodes are real hosts with the inventory's addresses, mounts and host networking; a lab profile may
+    # adapt the containers (k3lab.render.profiles); the mount and checkpoint checks apply
+    real_hosts: bool
+    # no NPUs and no weights: measured numbers are not comparable with a lab's (no baselines), the
+    # checkpoint config comes from the simulator's fixtures, live faults can be injected
+    simulated: bool
+    # the target puts every node on a subnet of its own (the inventory's sim.subnet), so node addresses
+    # must be host addresses of it
+    own_subnet: bool
+    # the target names the containers itself (k3lab-<run>-<node>): an inventory's container names cannot collide
+    names_containers: bool
+    # an inventory is required: without one the default (simulator) addresses would pass for a lab's
+    needs_inventory: bool
+    # how the guides' docker run changes on this target, with why (listed in every plan's deviations)
+    deviations: tuple[tuple[str, str, str], ...] = field(default=())
+
+
+SIM_DEVIATIONS = (
+    ("sim-network", "bridge network with a static IP per node instead of --net=host",
+     "each simulated node needs its own address on one machine"),
+    ("sim-privileged", "no --privileged", "the container runtime here refuses privileged containers"),
+    ("sim-devices", "no --device /dev/davinci*; driver and tool mounts come from the sim image",
+     "there are no NPUs; stand-ins answer npu-smi, hccn_tool and the engine from a simulated device table"),
+    ("sim-cache", "/root/.cache is staged from fixtures/ (small checkpoints) instead of a host mount",
+     "the sim has no model weights; files are copied through the Docker API"),
+    ("sim-net-admin", "adds --cap-add NET_ADMIN", "to give simulated NPU devices their own addresses"),
+)
+
+KINDS: dict[str, TargetKind] = {k.name: k for k in (
+    TargetKind("sim", "the simulator", "the simulator", real_hosts=False, simulated=True, own_subnet=True, names_containers=True,
+               needs_inventory=False, deviations=SIM_DEVIATIONS),
+    TargetKind("lab", "a lab", "a lab (each node its own Docker endpoint)", real_hosts=True, simulated=False,
+               own_subnet=False, names_containers=False, needs_inventory=True),
+)}
+
+DEFAULT = "sim"  # without --target and without an inventory
+WITH_INVENTORY = "lab"  # without --target, given an inventory
+
+
+def kind(name: str) -> TargetKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise UsageError(f"unknown target {name!r}; known: {', '.join(sorted(KINDS))}") from None
