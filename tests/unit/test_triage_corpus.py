@@ -99,7 +99,7 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
     assert len(INDEX) >= 50 and len({m["url"] for m in INDEX.values()}) >= 40
 
 
-# floors a little under what was measured (dev 64/66: vllm-ascend#5468's driver mismatch shows only as an
+# floors a little under what was measured (dev 65/67: vllm-ascend#5468's driver mismatch shows only as an
 # INFO watchdog line, vllm#2418's excerpt stops before its message; held-out 18/25): a regression fails
 @pytest.mark.parametrize("split, top1", [("dev", 0.95), ("heldout", 0.7)])
 def test_accuracy_on_real_logs(split, top1):
