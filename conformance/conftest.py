@@ -42,7 +42,13 @@ def _run_dir(config) -> Path:
 
 
 def _plan(config) -> Plan:
-    return Plan.model_validate_json((_run_dir(config) / "plan.json").read_text())
+    from k3lab.errors import InputError
+    from k3lab.model import runs
+
+    try:
+        return runs.plan(_run_dir(config))
+    except InputError as exc:  # one line naming the file and the field, not a pydantic traceback per test
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_generate_tests(metafunc):

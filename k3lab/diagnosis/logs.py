@@ -132,10 +132,12 @@ def _wanted(path: Path) -> bool:
 
 
 def _plan_nodes(root: Path) -> list[str]:
+    from k3lab.errors import InputError
+    from k3lab.model import runs
+
     try:
-        plan = json.loads((root / "plan.json").read_text())
-        return [str(n["name"]) for n in plan.get("nodes", []) if isinstance(n, dict) and "name" in n]
-    except (OSError, ValueError, TypeError, AttributeError):
+        return runs.plan_nodes(root)
+    except InputError:  # no plan, or unreadable: the nodes come from the folders' names
         return []
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import subprocess
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from k3lab.errors import ChecksFailed
+from k3lab.errors import ChecksFailed, InputError
 from k3lab.launchers import suite
 
 JUNIT = "hardware-stage.xml"
@@ -59,25 +58,31 @@ class HardwareStageFailed(ChecksFailed):
         self.checks = checks or []
 
 
-def failures(junit: Path) -> list[tuple[str, str]]:
-    """(test id, its message's first line) per failed or errored test case of a junit file."""
-    out = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        for bad in list(case.findall("failure")) + list(case.findall("error")):
-            text = (bad.get("message") or bad.text or "").strip()
-            out.append((case.get("name", "?"), text.removeprefix("AssertionError: ").splitlines()[0][:400]))
-    return out
+def _rows(run_dir: Path) -> list:
+    """The stage's result rows (conformance-results.json, which its pytest writes; its junit.xml is output only)."""
+    from k3lab.model import runs
+
+    try:
+        return runs.results(run_dir).tests
+    except InputError:  # missing or unreadable: the stage's checks did not run to the end
+        return []
 
 
-def held_back(junit: Path) -> list[str]:
+def _name(nodeid: str) -> str:
+    """'test_npu_health[p0]' of 'conformance/test_npu.py::test_npu_health[p0]@group' (the JUnit case name)."""
+    return nodeid.rpartition("::")[2].partition("@")[0]
+
+
+def failures(run_dir: Path) -> list[tuple[str, str]]:
+    """(test id, its message's first line) per failed or errored check of the stage."""
+    return [(_name(r.nodeid), (r.message.strip().removeprefix("AssertionError: ").splitlines() or [""])[0][:400])
+            for r in _rows(run_dir) if r.outcome in ("failed", "error")]
+
+
+def held_back(run_dir: Path) -> list[str]:
     """'test id: reason' per check the stage skipped because others had failed (the cross-node pings)."""
-    out = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        for skip in case.findall("skipped"):
-            reason = (skip.get("message") or "").strip()
-            if "hardware stage: " in reason:
-                out.append(f"{case.get('name', '?')}: {reason[reason.index('hardware stage: '):][:300]}")
-    return out
+    return [f"{_name(r.nodeid)}: {r.message[r.message.index('hardware stage: '):][:300]}"
+            for r in _rows(run_dir) if r.outcome == "skipped" and "hardware stage: " in r.message]
 
 
 def failed_checks(run_dir: Path) -> list[tuple[str, str]]:
@@ -92,11 +97,11 @@ def failed_checks(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def _plan(run_dir: Path):
-    from k3lab.model.plan import Plan
+    from k3lab.model import runs
 
     try:
-        return Plan.model_validate_json((run_dir / "plan.json").read_text())
-    except (OSError, ValueError):
+        return runs.plan(run_dir)
+    except InputError:  # the stage still runs; its messages then name nodes without their hosts
         return None
 
 
@@ -120,6 +125,9 @@ def gate(run_dir: Path, timings: dict[str, float]) -> None:
     junit = run_dir / JUNIT
     plan = _plan(run_dir)
     bound = bound_s([n.device_count for n in plan.nodes] if plan else [])
+    from k3lab.model import runs
+
+    (run_dir / runs.RESULTS).unlink(missing_ok=True)  # a verdict only from this stage's own rows, never older ones
     try:
         res = subprocess.run(suite.hardware_command(run_dir, junit), capture_output=True, text=True, timeout=bound)
     except subprocess.TimeoutExpired:
@@ -130,13 +138,13 @@ def gate(run_dir: Path, timings: dict[str, float]) -> None:
         print(f"[k3lab {time.strftime('%H:%M:%S')}] hardware stage: NPU and HCCN checks passed in "
               f"{timings['hardware_stage_s']:.1f}s", flush=True)
         return
-    found = failures(junit) if junit.exists() else []
+    found = failures(run_dir)
     if not found:
         tail = (res.stdout + res.stderr).strip()[-800:]
         raise HardwareStageFailed(f"hardware stage: the checks did not run (pytest exit {res.returncode}); "
                                   f"nothing was launched:\n{tail}", [])
     where = _hosts(plan)
     lines = "\n".join([f"  {name}: {msg}{_named(msg, where)}" for name, msg in found] +
-                      [f"  ({note})" for note in held_back(junit)])
+                      [f"  ({note})" for note in held_back(run_dir)])
     raise HardwareStageFailed(f"hardware stage failed ({len(found)} check(s)); nothing was launched:\n{lines}", found,
                               failed_checks(run_dir))

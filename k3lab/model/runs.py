@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from k3lab.errors import InputError
 
+if TYPE_CHECKING:
+    from k3lab.model.plan import Plan
+
+PLAN = "plan.json"
 RUN_STATE = "run-state.json"
 RESULTS = "conformance-results.json"
 RELEASE = "release.json"
@@ -167,6 +171,28 @@ def read(model: type[M], path: str | Path, max_bytes: int = MAX_BYTES) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise InputError(f"{p}: {_field(exc)}") from None
+
+
+def plan(run_dir: str | Path) -> Plan:
+    """The run's plan.json: the one reader of it (bounded like the other artefacts, validated as a Plan)."""
+    from k3lab.model.plan import Plan
+
+    return read(Plan, Path(run_dir) / PLAN)
+
+
+class _NodeName(_Artefact):
+    name: str
+
+
+class PlanOutline(_Artefact):
+    """What a reader of any kit's plan.json may rely on (the node names, in plan order): the diagnosis reads
+    folders of older kits and partial runs, whose plans need not validate as this kit's :class:`Plan`."""
+
+    nodes: list[_NodeName] = Field(default_factory=list)
+
+
+def plan_nodes(run_dir: str | Path) -> list[str]:
+    return [n.name for n in read(PlanOutline, Path(run_dir) / PLAN).nodes]
 
 
 def run_state(run_dir: str | Path) -> RunState:

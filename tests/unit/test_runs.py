@@ -68,3 +68,20 @@ def test_a_release_is_checked(tmp_path):
         runs.release(_write(tmp_path, {**doc, "scenarios": [{"scenario": "a3_pd", "verdict": "OK"}]}, runs.RELEASE))
     with pytest.raises(InputError, match="not a k3lab release document"):
         runs.release(_write(tmp_path, {**doc, "kind": "other"}, runs.RELEASE))
+
+
+def test_plan_is_read_once_typed_and_bounded(tmp_path):
+    """plan.json: one reader (runs.plan), a file that does not validate names the file and the field."""
+    from k3lab.model import runs, siminventory
+    from k3lab.render import artefacts as render
+
+    plan = render.build("a3_pd", siminventory.default("a3_pd")).plan
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    assert runs.plan(tmp_path) == plan
+    assert runs.plan_nodes(tmp_path) == [n.name for n in plan.nodes]
+    (tmp_path / "plan.json").write_text(plan.model_dump_json().replace('"nodes":[', '"nodes":"p0","x":[', 1))
+    with pytest.raises(InputError, match=r"plan.json: field nodes"):
+        runs.plan(tmp_path)
+    (tmp_path / "plan.json").write_text("[" * 100_000)
+    with pytest.raises(InputError, match="plan.json"):
+        runs.plan_nodes(tmp_path)
