@@ -76,13 +76,36 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     out = render.check_out(args.out, force=args.force)
     rendered = build(args)
-    written = render.write(rendered, out, force=args.force)
+    errors_found = _render_preflight(args, rendered)
+    if errors_found and not args.force:
+        print(f"render {args.scenario}: {len(errors_found)} preflight error(s); nothing written (fix them, or "
+              f"--force writes the files anyway with the errors at the top of RUNBOOK.md)", file=sys.stderr)
+        return errors.CHECKS_FAILED
+    preamble = "".join(["> **Rendered with --force despite these preflight errors; the deployment would fail:**\n>\n",
+                        *(f"> - {line}\n" for line in errors_found), "\n"]) if errors_found else ""
+    written = render.write(rendered, out, force=args.force, preamble=preamble)
     from k3lab.model import targetkinds
 
     where = targetkinds.kind(rendered.plan.target).where
     print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
           f"({written / 'RUNBOOK.md'} says how to run them by hand)")
     return 0
+
+
+def _render_preflight(args: argparse.Namespace, rendered) -> list[str]:
+    """The static preflight's errors for a render, each as printed (a render that cannot run is not written)."""
+    from k3lab.preflight import checks as preflight
+
+    inv, _ = load_inventory(args.scenario, args.inventory) if args.inventory else (None, None)
+    findings = preflight.run(rendered.plan, rendered.files, sim_subnet=rendered.sim_subnet)
+    outcome = preflight.judge(findings, inv.accept if inv is not None else [])
+    lines = []
+    for f in outcome.errors:  # a finding's message ends with its remedy
+        where = f" [{', '.join(f.nodes)}]" if f.nodes else ""
+        lines.append(f"{f.check}{where}: {f.message}")
+    for line in lines:
+        print(f"ERROR   {line}", file=sys.stderr)
+    return lines
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -209,7 +232,9 @@ def _add_render(sub) -> None:
     _scenario_args(p)
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory; must be absent or empty unless --force")
-    p.add_argument("--force", action="store_true", help="replace the contents of a non-empty --out")
+    p.add_argument("--force", action="store_true", help="replace the contents of a non-empty --out, and write even "
+                   "when the static preflight finds errors (RUNBOOK.md then opens with them); without it such a "
+                   "render exits 1 and writes nothing")
     _target_arg(p)
     p.set_defaults(fn=cmd_render)
 

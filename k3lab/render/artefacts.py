@@ -600,7 +600,7 @@ def _write_file(path: Path, text: str, mode: int) -> None:
     os.chmod(path, mode)  # the umask must not make scripts unexecutable
 
 
-def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
+def write(rendered: Rendered, out: str | Path, force: bool = False, preamble: str = "") -> Path:
     """Render into a fresh temporary directory next to ``out``, then move it into place.
 
     ``out`` is left untouched unless everything was written; a non-empty ``out`` is refused unless
@@ -626,7 +626,7 @@ def write(rendered: Rendered, out: str | Path, force: bool = False) -> Path:
             for name, text in files.items():
                 _write_file(tmp / node / name, text, 0o755 if name.endswith((".sh", ".py")) else 0o644)
         _write_file(tmp / "plan.json", plan_json(rendered.plan), 0o644)
-        _write_file(tmp / runbook.NAME, runbook.text(rendered.plan), 0o644)
+        _write_file(tmp / runbook.NAME, preamble + runbook.text(rendered.plan), 0o644)  # preamble: forced errors
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
