@@ -1,4 +1,4 @@
-"""The README's Docker commands: the ones one sim cycle answers run here as written, with the exit code
+"""The README's and the docs' Docker commands: the ones one sim cycle answers run here as written, with the exit code
 the README promises; the rest are listed with the test or session that exercises them. A Docker
 command added to the README and listed nowhere fails test_every_docker_command_is_accounted_for."""
 from __future__ import annotations
@@ -29,6 +29,7 @@ ELSEWHERE = {
     "k3lab labemu status": "tests/integration/test_labemu.py",
     "k3lab labemu down": "tests/integration/test_labemu.py; nox -s lab_a3_pd_1m",
     "k3lab labemu repair": "the fault matrix's H-* rows (k3lab/tools/faults.py, root): break one host, repair it",
+    "k3lab bench --out build/bench.json": "nox -s bench (the live cycles, the emulated lab as root)",
     "k3lab faults": "nox -s faults (.ci/run: the whole matrix gates CI)",
     "k3lab faults --id H-NO-CONFIG": "nox -s faults (.ci/run), whose H-* rows run on the emulated lab as root",
     "k3lab release --out releases/good": "nox -s release (all twelve live cycles)",

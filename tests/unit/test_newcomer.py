@@ -1,4 +1,5 @@
-"""The README's newcomer path and inventory walk-through work as written; `k3lab init` output is valid."""
+"""The README's newcomer path and the inventory walk-through (docs/inventories.md) work as written; `k3lab init`
+output is valid."""
 from __future__ import annotations
 
 import re
@@ -18,11 +19,13 @@ from k3lab.render import artefacts as render
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+INVENTORIES = (ROOT / "docs" / "inventories.md").read_text()
 
 
-def _block_after(heading: str, lang: str = "") -> str:
-    start = README.index(heading)
-    m = re.compile(r"```" + lang + r"\n(.*?)```", re.S).search(README, start)
+def _block_after(heading: str, lang: str = "", text: str = README) -> str:
+    start = text.index(heading)
+    m = re.compile(r"```" + lang + r"\n(.*?)```", re.S).search(text, start)
+    assert m, heading
     return m.group(1)
 
 
@@ -41,7 +44,7 @@ def test_first_steps_run_as_written(tmp_path):
 
 
 def test_walkthrough_inventory_is_valid_and_clean(tmp_path):
-    data = yaml.safe_load(_block_after("### Writing a lab inventory", "yaml"))
+    data = yaml.safe_load(_block_after("## Writing a lab inventory", "yaml", INVENTORIES))
     inv = inventory.parse(data, "README")
     r = render.build(inv.scenario, inv, target="lab")
     findings = preflight.run(r.plan, r.files)
@@ -50,7 +53,7 @@ def test_walkthrough_inventory_is_valid_and_clean(tmp_path):
 
 
 def test_walkthrough_error_example_is_what_the_kit_says(tmp_path, capsys):
-    data = yaml.safe_load(_block_after("### Writing a lab inventory", "yaml"))
+    data = yaml.safe_load(_block_after("## Writing a lab inventory", "yaml", INVENTORIES))
     text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
     lines = text.splitlines()
     d0 = next(i for i, ln in enumerate(lines) if "name: d0" in ln)

@@ -1,6 +1,7 @@
-"""The README's promises hold: every k3lab command it shows is one today's CLI accepts, and every one
-that needs no Docker runs as written (exit 0) in a fresh directory. Commands that talk to Docker run
-in the integration suite (tests/integration/test_readme_live.py), so a drift fails CI either way."""
+"""The README's and the documentation's promises hold: every k3lab command they show is one today's CLI
+accepts, and every one that needs no Docker runs as written (exit 0) in a fresh directory. Commands that
+talk to Docker run in the integration suite (tests/integration/test_readme_live.py), so a drift fails CI
+either way."""
 from __future__ import annotations
 
 import re
@@ -17,7 +18,11 @@ from k3lab.cli import main as cli
 from k3lab.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+# the README and every page of the documentation site (docs/, built by nox -s docs)
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text()
+         for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+README = PAGES["README.md"]
+INVENTORIES = PAGES["docs/inventories.md"]  # the lab inventory walk-through
 ENV_PREFIX = re.compile(r"^(?:[A-Z0-9_]+=\S+\s+)*")
 # inline `k3lab ...` spans that are syntax, not a command line (placeholders, alternatives)
 PLACEHOLDER = re.compile(r"\b(?:ID|SCENARIO|RUN|INV|FILE|DIR|A|B|N|ARGS|COMMAND|FAULT|NODE|PYTEST)\b|[\[\]|<>]|\.\.\.")
@@ -28,10 +33,12 @@ def _argv(code: str) -> list[str]:
     return shlex.split(code)[1:]
 
 
-def block_commands() -> list[str]:
-    """Every ``k3lab`` line of the README's shell blocks, without its comment."""
+def block_commands(text: str | None = None) -> list[str]:
+    """Every ``k3lab`` line of the shell blocks of ``text`` (default: every page), without its comment."""
+    if text is None:
+        return [c for page in PAGES.values() for c in block_commands(page)]
     out = []
-    for m in re.finditer(r"```(\w*)\n(.*?)```", README, re.S):
+    for m in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
         if m.group(1):  # yaml and the like
             continue
         for line in m.group(2).splitlines():
@@ -42,7 +49,8 @@ def block_commands() -> list[str]:
 
 
 def inline_commands() -> list[str]:
-    spans = [" ".join(s.split()) for s in re.findall(r"`(k3lab\s[^`]+)`", README)]  # a span may wrap a line
+    spans = [" ".join(s.split()) for page in PAGES.values()
+             for s in re.findall(r"`(k3lab\s[^`]+)`", page)]  # a span may wrap a line
     return sorted({s for s in spans if not PLACEHOLDER.search(s) and not _names_only(s)})
 
 
@@ -81,7 +89,7 @@ STATIC = [c for c in ALL if not needs_docker(_argv(c)) and not PLACEHOLDER.searc
 
 
 def test_the_readme_shows_commands():
-    assert len(block_commands()) >= 20 and len(STATIC) >= 12
+    assert len(block_commands(README)) >= 10 and len(block_commands()) >= 30 and len(STATIC) >= 12
 
 
 @pytest.mark.parametrize("code", ALL)
@@ -102,8 +110,8 @@ def test_every_readme_command_parses(code):
 def workspace(tmp_path_factory) -> Path:
     """What the README's commands read: its walk-through inventory as lab.yaml, a policy, two static releases."""
     ws = tmp_path_factory.mktemp("readme")
-    walk = re.search(r"### Writing a lab inventory.*?```yaml\n(.*?)```", README, re.S)
-    assert walk, "the README lost its inventory walk-through"
+    walk = re.search(r"## Writing a lab inventory.*?```yaml\n(.*?)```", INVENTORIES, re.S)
+    assert walk, "docs/inventories.md lost its inventory walk-through"
     (ws / "lab.yaml").write_text(walk.group(1))
     assert cli.main(["policy", "init", "--out", str(ws / "lab-policy.yaml")]) == 0
     for name in ("good", "cand"):
