@@ -1,4 +1,9 @@
-"""Sessions: one per scenario (up, conformance, down), plus render, golden, preflight, tests, bench, lint.
+"""Sessions: one per scenario (up, conformance, down), plus render, golden, preflight, tests, bench, lint,
+docs, lock and tests_latest.
+
+Every session installs with ``requirements/ci.lock`` as constraints (the versions the kit is tested and
+released with: the same verdict from the same inputs next month); ``tests_latest`` installs without it, the
+newest versions ``pyproject.toml`` allows, so an upgrade is a deliberate ``nox -s lock -- --upgrade``.
 
 Arguments after ``--`` pass through: to ``k3lab up`` for scenario sessions (e.g. ``-- --keep``),
 to pytest for ``tests``/``golden``/``faults``.
@@ -6,6 +11,7 @@ to pytest for ``tests``/``golden``/``faults``.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -22,8 +28,16 @@ SCENARIOS = ["a3_pd", "a3_pd_1m", "a3_pd_pooled", "a5_pd", "a5_pd_1m", "a5_pd_po
 MAX_COMPLEXITY = 15  # per function (radon's cyclomatic complexity), in nox -s lint
 
 
-def install(session: nox.Session) -> None:
-    session.install("-e", ".[sim,test]")
+LOCK = "requirements/ci.lock"  # pinned from PyPI for Python 3.11 (nox -s lock regenerates it)
+# what the lock is compiled from: the kit's dependencies with these extras, and the CI tools
+LOCK_EXTRAS = ("sim", "test", "docs")
+LOCK_TOOLS = "requirements/tools.in"
+LINT_TOOLS = ("ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko", "radon")
+
+
+def install(session: nox.Session, *packages: str, extras: str = "sim,test") -> None:
+    """The kit (editable, with ``extras``) and ``packages``, every version as the lock pins it."""
+    session.install("-c", LOCK, "-e", f".[{extras}]", *packages)
 
 
 def _command_session(doc: str, *command: str):
@@ -86,8 +100,7 @@ def preflight(session: nox.Session) -> None:
 def contracts(session: nox.Session) -> None:
     """The stand-ins against the real components (MemCache 1.3.0, vLLM 0.33 wheel, vllm-ascend launcher);
     downloads are cached in ~/.cache/k3lab."""
-    install(session)
-    session.install("regex")  # the vLLM kimi_k3 parsers' own regex engine
+    install(session, "regex")  # the vLLM kimi_k3 parsers' own regex engine
     session.run("pytest", "contracts", "-p", "no:cacheprovider", *session.posargs)
 
 
@@ -95,7 +108,7 @@ def contracts(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (with bugbear and simplify) on everything, mypy on the kit's package k3lab (see pyproject), and
     radon: no function of the kit, the suite or the simulator above cyclomatic complexity MAX_COMPLEXITY."""
-    session.install("-e", ".[sim,test]", "ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko", "radon")
+    install(session, *LINT_TOOLS)
     session.run("ruff", "check", "k3lab", "launchers", "conformance", "contracts", "tests", "noxfile.py", "conftest.py")
     session.run("mypy")
     report = session.run("radon", "cc", "--json", "k3lab", "conformance", "launchers/sim/k3sim", silent=True)
@@ -129,12 +142,63 @@ def wheel(session: nox.Session) -> None:
     dist = tmp / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), ".")
-    session.install("--force-reinstall", f"{next(dist.glob('k3lab-*.whl'))}[sim]")
+    session.install("-c", str(Path(LOCK).resolve()), "--force-reinstall", f"{next(dist.glob('k3lab-*.whl'))}[sim]")
     work = tmp / "elsewhere"
     work.mkdir(exist_ok=True)
     session.chdir(work)
     session.run("python", "-c", "import k3lab, sys; assert 'site-packages' in k3lab.__file__, k3lab.__file__")
     session.run("k3lab", "cycle", "a3_pd_1m", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml, docs/) into build/site, warnings as errors; then the tests that run
+    or parse every command the README and the docs show (no Docker)."""
+    install(session, extras="sim,test,docs")
+    session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", "build/site")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_docs.py", "tests/unit/test_readme.py",
+                "tests/unit/test_newcomer.py", *session.posargs)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Regenerate requirements/ci.lock from pyproject.toml and requirements/tools.in (Python 3.11, PyPI). Pins
+    already in the lock are kept while they satisfy pyproject; ``-- --upgrade`` (or ``--upgrade-package NAME``)
+    moves them to the newest, after nox -s tests_latest showed the newest pass."""
+    session.install("uv")
+    extras = [arg for extra in LOCK_EXTRAS for arg in ("--extra", extra)]
+    session.run("uv", "pip", "compile", "pyproject.toml", LOCK_TOOLS, *extras, "--python-version", "3.11",
+                "--python-platform", "x86_64-unknown-linux-gnu", "--index-url", "https://pypi.org/simple",
+                "--no-emit-index-url", "-o", LOCK, *session.posargs)
+
+
+@nox.session
+def tests_latest(session: nox.Session) -> None:
+    """The non-Docker tests on the newest versions pyproject.toml allows (no lock), and which of them are newer
+    than the lock: what an upgrade of the lock would change. Arguments after ``--`` replace pytest's."""
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[sim,test]")
+    freeze = session.run("python", "-m", "pip", "freeze", "--exclude-editable", silent=True)
+    newer = newer_than_lock(str(freeze), Path(LOCK).read_text())
+    session.log("newer than requirements/ci.lock: " + (", ".join(newer) or "none"))
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["-q", "-n", "2", "--dist", "loadgroup",
+                                                                          "--ignore=tests/integration"]))
+
+
+def _pins(text: str) -> dict[str, str]:
+    """``name==version`` lines (pip freeze, a compiled lock) as {normalised name: version}."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            out[re.sub(r"[-_.]+", "-", name).lower()] = version.strip()
+    return out
+
+
+def newer_than_lock(freeze: str, lock_text: str) -> list[str]:
+    """``name lock -> installed`` for each installed distribution whose version differs from its pin."""
+    locked = _pins(lock_text)
+    return [f"{name} {locked[name]} -> {version}" for name, version in sorted(_pins(freeze).items())
+            if name in locked and locked[name] != version]
 
 
 @nox.session(name="lab_a3_pd_1m")
