@@ -151,8 +151,8 @@ def summarise(nodes: dict[str, dict[str, str | None]]) -> dict[str, str | None]:
 
 
 def load(run_dir: str | Path) -> dict[str, Any]:
-    """The run's versions.json; {} when missing or half-written (the gate says so). A FIFO, a device or
-    a huge file is an InputError naming it (the one bounded reader)."""
+    """The run's versions.json; {} when missing or half-written (the gate says so). A FIFO, a device, a
+    huge file or a field of the wrong type is an InputError naming it (the one bounded reader, its model)."""
     from k3lab.model import runs, safeyaml
 
     path = Path(run_dir) / FILE
@@ -162,6 +162,8 @@ def load(run_dir: str | Path) -> dict[str, Any]:
         doc = safeyaml.read_json(path, FILE, runs.MAX_BYTES)
     except ValueError:
         return {}
+    if isinstance(doc, dict):  # a field of the wrong type: an InputError naming file and field (exit 2)
+        runs.versions(run_dir)
     return doc if isinstance(doc, dict) else {}
 
 

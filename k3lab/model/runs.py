@@ -148,6 +148,18 @@ class Release(_Artefact):
         return v
 
 
+class Versions(_Artefact):
+    """``versions.json`` (k3lab.launchers.versions.probe): what each node ran, their summary, and the nodes
+    that did not answer; every key has a default (a partial probe is still read), each present key its type."""
+
+    schema_: int = Field(VERSION, alias="schema", ge=1, le=VERSION)
+    source: str = ""
+    guide: dict[str, str | None] = Field(default_factory=dict)
+    nodes: dict[str, dict[str, str | None]] = Field(default_factory=dict)
+    summary: dict[str, str | None] = Field(default_factory=dict)
+    unanswered: dict[str, str] | list[str] = Field(default_factory=dict)
+
+
 def _field(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -205,3 +217,7 @@ def results(run_dir: str | Path) -> Results:
 
 def release(out: str | Path) -> Release:
     return read(Release, Path(out) / RELEASE)
+
+
+def versions(run_dir: str | Path) -> Versions:
+    return read(Versions, Path(run_dir) / "versions.json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import math
 import platform
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -118,10 +119,27 @@ def _artefact(read, run_dir: Path, name: str, problems: list[str]) -> dict[str, 
         return {}
 
 
+def _plan(run_dir: Path, problems: list[str]) -> dict[str, Any]:
+    """plan.json through the one plan reader (k3lab.model.runs.plan): a plan whose fields have the wrong type
+    is named and left out like any corrupted artefact, never a crash three functions later; a half-written
+    (not JSON) one is what there is, nothing (the gate says why it cannot be judged)."""
+    from k3lab.model.plan import jsonable
+
+    path = run_dir / runs.PLAN
+    if not path.exists() and not path.is_symlink():
+        return {}
+    try:
+        return _scrub(jsonable(runs.plan(run_dir)))
+    except InputError as exc:
+        if "not valid JSON" not in str(exc):
+            problems.append(str(exc))
+        return {}
+
+
 def load(run_dir: str | Path) -> Run:
     run_dir = Path(run_dir)
     problems: list[str] = []
-    plan = _json(run_dir / "plan.json")
+    plan = _plan(run_dir, problems)
     state = _artefact(runs.run_state, run_dir, runs.RUN_STATE, problems)
     results = _artefact(runs.results, run_dir, runs.RESULTS, problems)
     if results.get("tests") is not None:
@@ -166,9 +184,20 @@ def read_junit(path: Path) -> list[dict[str, Any]]:
         rows.append({"nodeid": f"{classname.replace('.', '/')}.py::{name}" if classname else name,
                      "area": props.get("conformance.area") or module.removeprefix("test_") or "other",
                      "node": props.get("conformance.node"), "outcome": outcome,
-                     "duration": float(case.get("time", 0) or 0), "properties": props, "message": message,
+                     "duration": _seconds(path, name, case.get("time")), "properties": props, "message": message,
                      "detail": detail})
     return rows
+
+
+def _seconds(path: Path, case: str, text: str | None) -> float:
+    """A testcase's ``time``: a finite number >= 0, else an InputError naming the file and the testcase."""
+    try:
+        value = float(text or 0)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"{path}: testcase {case!r}: time={text!r} is not a number of seconds >= 0")
+    return value
 
 
 def _normalise(t: dict[str, Any], names: list[str]) -> dict[str, Any]:

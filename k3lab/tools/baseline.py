@@ -98,10 +98,16 @@ def _bench_command(run_dir: Path, workload: dict) -> str | None:
     text = safeyaml.read_capped(argv, "benchmark command", 1 << 20)
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     command = lines[-1] if lines else None
-    words = shlex.split(command or "")
+    try:
+        words = shlex.split(command or "")
+    except ValueError as exc:  # an unbalanced quote: not a command line this kit saved
+        raise UsageError(f"{argv}: not a vllm bench serve command line ({exc})") from None
     for flag in ("--random-input-len", "--random-output-len"):
         if flag in words[:-1]:
-            workload[flag[2:].replace("-", "_")] = int(words[words.index(flag) + 1])
+            value = words[words.index(flag) + 1]
+            if not value.isdigit() or not 0 < int(value) <= 10_000_000:
+                raise UsageError(f"{argv}: {flag} {value!r} is not a token count (a whole number > 0)")
+            workload[flag[2:].replace("-", "_")] = int(value)
     return command
 
 

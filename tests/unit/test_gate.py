@@ -96,7 +96,7 @@ def test_wrong_guide_version_fails_and_missing_versions_are_incomplete(run):
 
 def test_an_unaccepted_deviation_fails(run):
     plan = json.loads((run / "plan.json").read_text())
-    plan["deviations"].append({"id": "new-thing", "scope": "p0", "what": "a new flag", "why": "?"})
+    plan["deviations"].append({"id": "new-thing", "scope": "seed", "what": "a new flag", "why": "?"})
     (run / "plan.json").write_text(json.dumps(plan))
     v = gate.evaluate_run(EFF, run)
     assert v.verdict == "FAIL" and "deviation new-thing is not accepted" in v.reasons[0]

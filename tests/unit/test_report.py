@@ -379,3 +379,18 @@ def test_passing_run_has_no_diagnosis(run_dir):
     (run_dir / "evidence" / "p1" / "engine.log").write_text(OOM)
     report.write_reports(run_dir)
     assert "Diagnosis" not in (run_dir / "summary.md").read_text()
+
+
+def test_a_plan_with_a_field_of_the_wrong_type_is_named_and_left_out(tmp_path):
+    """#31: plan.json 'nodes' a string was an AttributeError (exit 4) in the report; it is read through the one
+    plan reader now, named with its field, and the report says what it left out."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "release" / "run-k3_a3_mixed", run)
+    plan = json.loads((run / "plan.json").read_text())
+    plan["nodes"] = "node0"
+    (run / "plan.json").write_text(json.dumps(plan))
+    loaded = report.load(run)
+    assert loaded.plan == {} and any("plan.json: field nodes" in p for p in loaded.problems)
+    assert "left out, unreadable" in report.summary_md(loaded)
