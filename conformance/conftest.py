@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from k3lab import settings
 from k3lab.model import apikey, runs
 from k3lab.model.plan import Plan
 
@@ -20,8 +21,10 @@ pytest_plugins = ["k3lab.conformance.plugin"]
 
 
 def pytest_configure(config):
-    """The controller (or a run without xdist) makes the directory where workers share each node's
-    tool batch (k3lab.conformance.nodetools); workers inherit it through the environment."""
+    """The suite's entry reads its settings from its environment (a bad value is a usage error naming the
+    variable). The controller (or a run without xdist) makes the directory where workers share each
+    node's tool batch (k3lab.conformance.nodetools); workers inherit it through the environment."""
+    _read_settings()
     if hasattr(config, "workerinput"):
         return
     import shutil
@@ -30,12 +33,20 @@ def pytest_configure(config):
     from k3lab.conformance import nodetools
 
     config._k3lab_tools_dir = tempfile.mkdtemp(prefix="k3lab-node-tools-")
-    os.environ[nodetools.DIR_ENV] = config._k3lab_tools_dir
+    os.environ[nodetools.DIR_ENV] = config._k3lab_tools_dir  # for the workers, child processes
+    _read_settings()  # and for this process, which runs the checks without xdist
     config.add_cleanup(lambda: shutil.rmtree(config._k3lab_tools_dir, ignore_errors=True))
 
 
+def _read_settings() -> None:
+    try:
+        settings.use(settings.load())
+    except settings.SettingError as exc:
+        raise pytest.UsageError(f"k3lab conformance: {exc}") from None
+
+
 def _run_dir(config) -> Path:
-    raw = config.getoption("--run-dir") or os.environ.get("K3LAB_RUN_DIR")
+    raw = config.getoption("--run-dir") or settings.current().run_dir
     if not raw:
         raise pytest.UsageError("conformance needs --run-dir RUN_DIR of a deployment that is up (k3lab up --keep)")
     return Path(raw)
@@ -53,7 +64,7 @@ def _plan(config) -> Plan:
 
 def pytest_generate_tests(metafunc):
     """Parametrize by node / API / engine from the plan, so each is its own test case."""
-    if not metafunc.config.getoption("--run-dir") and not os.environ.get("K3LAB_RUN_DIR"):
+    if not metafunc.config.getoption("--run-dir") and not settings.current().run_dir:
         return
     plan = _plan(metafunc.config)
     if "node" in metafunc.fixturenames:

@@ -188,11 +188,12 @@ def _super_pod(tools) -> str | None:
 
 def _sample_seed(run_dir) -> int:
     """The rotation of the reachability sample: K3LAB_SAMPLE_SEED, else derived from the run id."""
-    import os
     import zlib
 
-    raw = os.environ.get("K3LAB_SAMPLE_SEED")
-    return int(raw) if raw and raw.isdigit() else zlib.crc32(run_dir.name.encode())
+    from k3lab import settings
+
+    seed = settings.current().sample_seed
+    return seed if seed is not None else zlib.crc32(run_dir.name.encode())
 
 
 @pytest.mark.conformance(

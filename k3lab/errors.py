@@ -115,7 +115,12 @@ def is_environment_error(exc: BaseException) -> bool:
 
 
 def log_dir() -> Path:
-    return Path(os.environ.get("K3LAB_LOG_DIR") or Path.home() / ".cache" / "k3lab" / "logs")
+    from k3lab import settings
+
+    try:
+        return settings.current().log_dir
+    except settings.SettingError:  # a crash log must still land when another variable is bad
+        return settings.BY_ENV["K3LAB_LOG_DIR"].default()
 
 
 def write_crash_log(exc: BaseException, argv: list[str]) -> Path | None:

@@ -11,12 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from k3lab import formats
+from k3lab import formats, settings
 from k3lab.errors import CHECKS_FAILED, ENVIRONMENT, EnvError, UsageError
 from k3lab.launchers import suite
 from k3lab.launchers.backends import LABEL, teardown
 from k3lab.launchers.endpoints import (
-    HOST_DEADLINE_S,
     LOCAL_ENDPOINT,
     ClientPool,
     SshOptions,
@@ -25,7 +24,6 @@ from k3lab.launchers.endpoints import (
     reason,
 )
 from k3lab.launchers.lifecycle import (
-    RUNS,
     GateFailed,
     Run,
     _log,
@@ -174,8 +172,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _run_endpoints(run: str) -> tuple[dict[str, str], SshOptions]:
     """Per node the endpoint a run used (its run-state.json), else the local engine."""
-    if (RUNS / run / runs.RUN_STATE).is_file():
-        state = runs.run_state(RUNS / run)
+    if (settings.current().runs / run / runs.RUN_STATE).is_file():
+        state = runs.run_state(settings.current().runs / run)
         return dict(state.endpoints) or {"local": LOCAL_ENDPOINT}, SshOptions.from_dict(state.ssh)
     return {"local": LOCAL_ENDPOINT}, SshOptions()
 
@@ -217,8 +215,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     if args.run is None:
         raise UsageError("k3lab down: give a run id (k3lab status) or --all")
     endpoints, ssh = _run_endpoints(run_id(args.run))
-    path = RUNS / args.run / runs.RUN_STATE
-    state = runs.run_state(RUNS / args.run) if path.is_file() else None
+    path = settings.current().runs / args.run / runs.RUN_STATE
+    state = runs.run_state(path.parent) if path.is_file() else None
     # a teardown that could not reach every host recorded the rest: finish those
     todo = dict(state.left) if state and state.left else endpoints
     removed, left = teardown(ClientPool(ssh), args.run, todo)
@@ -242,7 +240,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for node, ep in endpoints.items():
         nodes_of.setdefault(ep, []).append(node)
     answers, failures = each_host(lambda ep: pool.get(ep).containers.list(all=True, filters=flt, ignore_removed=True),
-                                  {ep: ep for ep in nodes_of}, HOST_DEADLINE_S)
+                                  {ep: ep for ep in nodes_of}, settings.current().host_deadline_s)
     rows = [{"run": c.labels.get(LABEL), "node": c.labels.get("k3lab.node", "?"), "status": c.status, "container": c.name,
              "endpoint": describe(ep)}
             for ep, listed in answers.items() for c in listed]

@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from k3lab import errors, formats
+from k3lab import errors, formats, settings
 from k3lab.errors import UsageError
 from k3lab.model import hints, select
 from k3lab.model.select import _kv, did_you_mean, load_inventory, scenario_id
@@ -450,9 +450,16 @@ def _add_completion(sub) -> None:
     p.set_defaults(fn=cmd_completion)
 
 
+def _add_env(sub) -> None:
+    p = sub.add_parser("env", help="every setting the kit reads from the environment: value, source (environment "
+                       "variable or default) and where runs and releases go (no Docker)")
+    formats.add(p)
+    p.set_defaults(fn=lazy("k3lab.cli.envcmd", "cmd_env"))
+
+
 COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add_up, _add_cycle, _add_check, _add_down,
             _add_status, _add_faults, _add_bench, _add_labemu, _add_release, _add_compare, _add_baseline,
-            _add_policy, _add_report, _add_completion, _add_triage, _add_checks]
+            _add_policy, _add_report, _add_completion, _add_triage, _add_checks, _add_env]
 _BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
 
 
@@ -523,6 +530,7 @@ def _run(argv: list[str]) -> int:
         ap.print_help()
         return errors.OK
     args.pytest_args = passthrough
+    settings.use(settings.load())  # every setting read once, here; a bad one is exit 2 naming the variable
     formats.set_verbosity(getattr(args, "verbose", 0) - (1 if getattr(args, "quiet", False) else 0))
     return args.fn(args)
 

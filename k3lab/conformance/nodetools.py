@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shlex
 import threading
 from pathlib import Path
 
+from k3lab import settings
 from k3lab.conformance.toolparse import BUSY, ipv4
 from k3lab.launchers.endpoints import CommandResult, FileState
 from k3lab.launchers.hwstage import BATCH_TIMEOUT_S
@@ -166,4 +166,5 @@ class Store:
 
 
 def shared_dir() -> str | None:
-    return os.environ.get(DIR_ENV)
+    tools = settings.current().node_tools_dir  # $K3LAB_NODE_TOOLS_DIR, inherited from the controller
+    return str(tools) if tools else None

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import platform
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import pytest
 
-from k3lab import paths
+from k3lab import paths, settings
 from k3lab.conformance import evidence
 from k3lab.model import checks
 
@@ -255,7 +254,7 @@ class _Recorder:
                 "properties": {"kind": "kit"}, "message": _short(report)}
 
     def pytest_sessionfinish(self, session, exitstatus):
-        run_dir = self.config.getoption("--run-dir", default=None) or os.environ.get("K3LAB_RUN_DIR")
+        run_dir = self.config.getoption("--run-dir", default=None) or settings.current().run_dir
         if not run_dir or not Path(run_dir).is_dir():
             return
         rows = [_finish(r) for r in self.tests.values()]

@@ -6,7 +6,6 @@ label alone, so ``down RUN`` and ``down --all`` find what a killed run left behi
 from __future__ import annotations
 
 import io
-import os
 import sys
 import tarfile
 import time
@@ -14,7 +13,7 @@ from pathlib import PurePosixPath
 
 import docker
 
-from k3lab import paths
+from k3lab import paths, settings
 from k3lab.launchers.endpoints import (
     ClientPool,
     describe,
@@ -24,9 +23,6 @@ from k3lab.launchers.endpoints import (
 
 LABEL = "k3lab.run"
 FIXTURES = paths.FIXTURES
-# Per-host budgets of the kit-side operations (each host in parallel). Force-removing a node's
-# container kills its processes: seconds on a healthy host; 90 s leaves room for a slow one.
-TEARDOWN_DEADLINE_S = float(os.environ.get("K3LAB_TEARDOWN_DEADLINE", "90"))
 
 
 def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
@@ -71,12 +67,16 @@ def remove_by_label(client: docker.DockerClient, run_id: str | None) -> list[str
 
 
 def teardown(pool: ClientPool, run_id: str, endpoints: dict[str, str],
-             deadline: float = TEARDOWN_DEADLINE_S) -> tuple[list[str], dict[str, str]]:
+             deadline: float | None = None) -> tuple[list[str], dict[str, str]]:
     """Remove a run from every endpoint at once (``endpoints``: node -> endpoint), each within ``deadline``.
 
     The one teardown of a lab run (up's failure path, cycle, down RUN): returns the containers removed
     and the nodes left behind (node -> endpoint), each named on stderr with its host and why. A host
-    that does not answer never keeps the run on the others."""
+    that does not answer never keeps the run on the others.
+
+    ``deadline`` defaults to $K3LAB_TEARDOWN_DEADLINE: force-removing a node's container kills its
+    processes, seconds on a healthy host; the default 90 s leaves room for a slow one."""
+    deadline = settings.current().teardown_deadline_s if deadline is None else deadline
     nodes_of: dict[str, list[str]] = {}
     for node, ep in endpoints.items():
         nodes_of.setdefault(ep, []).append(node)

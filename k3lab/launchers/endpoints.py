@@ -10,7 +10,7 @@ the pair (endpoint, container name), never a container name alone on the local e
   ``~/.ssh/known_hosts``) and an unknown key refused, never added. Proxy variables of the kit
   host never apply (``trust_env`` off): a ``tcp://`` endpoint is a deployment address.
 * Every per-host call has a deadline: SSH connect, banner, auth and channel open are bounded
-  (paramiko's own timeouts), an engine is asked ``/_ping`` within :data:`ANSWER_TIMEOUT_S` before a
+  (paramiko's own timeouts), an engine is asked ``/_ping`` within $K3LAB_ANSWER_TIMEOUT before a
   pool hands its client out, and an endpoint that failed once is remembered as unreachable, so the
   next call fails at once (:class:`HostUnreachable`) instead of waiting again. :func:`each_host`
   runs one operation on several hosts at once under one deadline (a SIGSTOPped dockerd accepts
@@ -28,7 +28,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
 
@@ -37,6 +36,7 @@ import paramiko
 import requests
 from docker.transport import SSHHTTPAdapter
 
+from k3lab import settings
 from k3lab.errors import CommandFailed, EnvError
 from k3lab.model.runs import RunState
 
@@ -51,9 +51,6 @@ API_VERSION = "1.41"  # Docker 20.10+, the oldest engine the kit supports; avoid
 SSH_POOLS = 4
 SSH_POOL_SIZE = 2
 TIMED_OUT = 124  # coreutils timeout's exit status: the kit's docker exec ran past its bound
-ANSWER_TIMEOUT_S = float(os.environ.get("K3LAB_ANSWER_TIMEOUT", "20"))
-# One kit-side operation on one host (evidence, versions, attach, status), hosts in parallel.
-HOST_DEADLINE_S = float(os.environ.get("K3LAB_HOST_DEADLINE", "60"))
 T = TypeVar("T")
 # paramiko's transport thread logs a host that vanishes with a traceback (Python's last-resort handler);
 # the kit names the host and the reason itself
@@ -98,8 +95,8 @@ class _KitSSHAdapter(SSHHTTPAdapter):
     def _create_paramiko_client(self, base_url):
         super()._create_paramiko_client(base_url)
         # without these a lost host holds the handshake or a channel open for up to an hour
-        self.ssh_params.update(timeout=ANSWER_TIMEOUT_S, banner_timeout=ANSWER_TIMEOUT_S,
-                               auth_timeout=ANSWER_TIMEOUT_S, channel_timeout=ANSWER_TIMEOUT_S)
+        answer = settings.current().answer_timeout_s
+        self.ssh_params.update(timeout=answer, banner_timeout=answer, auth_timeout=answer, channel_timeout=answer)
         if self._kit_ssh.known_hosts:
             # only the kit's file: a key the operator's ~/.ssh/known_hosts holds does not count
             self.ssh_client._system_host_keys = paramiko.HostKeys()
@@ -133,7 +130,7 @@ def docker_client(endpoint: str, ssh: SshOptions | None = None, timeout: int = 1
 
 def local_client(timeout: int = 120) -> docker.DockerClient:
     """The kit host's own engine (the simulator's): ``$DOCKER_HOST`` when set, else the local socket."""
-    return docker_client(os.environ.get("DOCKER_HOST") or LOCAL_ENDPOINT, timeout=timeout)
+    return docker_client(settings.current().docker_host or LOCAL_ENDPOINT, timeout=timeout)
 
 
 def describe(endpoint: str) -> str:
@@ -144,10 +141,10 @@ def describe(endpoint: str) -> str:
 
 
 def ping(client: docker.DockerClient, timeout: float | None = None) -> None:
-    """The engine's ``/_ping`` within ``timeout`` (default :data:`ANSWER_TIMEOUT_S`; the SDK's ``ping()``
+    """The engine's ``/_ping`` within ``timeout`` (default $K3LAB_ANSWER_TIMEOUT; the SDK's ``ping()``
     waits the client's whole timeout)."""
     api = client.api
-    api.get(f"{api.base_url}/_ping", timeout=timeout or ANSWER_TIMEOUT_S).raise_for_status()
+    api.get(f"{api.base_url}/_ping", timeout=timeout or settings.current().answer_timeout_s).raise_for_status()
 
 
 class ClientPool:
@@ -424,10 +421,10 @@ def hosts_from_state(state: RunState | dict, pool: ClientPool | None = None) -> 
 
 
 def _record_round_trip(node: str) -> None:
-    outdir = os.environ.get("K3LAB_ROUND_TRIPS")
+    outdir = settings.current().round_trips
     if not outdir:
         return
-    path = Path(outdir) / f"{node}.{os.getpid()}"
+    path = outdir / f"{node}.{os.getpid()}"
     try:
         with open(path, "a") as f:
             f.write("1")

@@ -35,6 +35,7 @@ from testinfra.backend.base import BaseBackend
 from testinfra.backend.paramiko import ParamikoBackend
 from testinfra.host import Host
 
+from k3lab import settings
 from k3lab.errors import ChecksFailed
 from k3lab.launchers.endpoints import ClientPool, SshOptions, batch_script, describe, docker_exec, split_batch
 from k3lab.model.plan import NodePlan, Plan
@@ -42,7 +43,6 @@ from k3lab.preflight import hostchecks as hc
 from k3lab.preflight.labchecks import BY_ID
 
 LABEL = "k3lab.run"
-DEADLINE_S = float(os.environ.get("K3LAB_HOST_STAGE_DEADLINE", "60"))
 COMMAND_TIMEOUT_S = 20
 
 
@@ -259,8 +259,10 @@ def _node_facts(plan: Plan, node: NodePlan, pool: ClientPool, run_id: str) -> hc
             pass
 
 
-def collect(plan: Plan, pool: ClientPool, run_id: str, deadline: float = DEADLINE_S) -> dict[str, hc.HostFacts]:
-    """Every node's facts in parallel; a node that fails or misses the deadline carries its error."""
+def collect(plan: Plan, pool: ClientPool, run_id: str, deadline: float | None = None) -> dict[str, hc.HostFacts]:
+    """Every node's facts in parallel; a node that fails or misses the deadline (default
+    $K3LAB_HOST_STAGE_DEADLINE) carries its error."""
+    deadline = settings.current().host_stage_deadline_s if deadline is None else deadline
 
     def one(node: NodePlan) -> hc.HostFacts:
         try:

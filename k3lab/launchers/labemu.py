@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from k3lab import formats, paths, waits
+from k3lab import formats, paths, settings, waits
 from k3lab.errors import EnvError
 from k3lab.launchers.endpoints import docker_client
 
@@ -52,7 +52,6 @@ SUBNET = ipaddress.ip_network("10.213.0.0/24")
 GATEWAY = "10.213.0.1"
 DEVICE_NET = ipaddress.ip_network("10.214.0.0/16")
 NS_PREFIX = "k3emu-"
-STATE = Path(os.environ.get("K3LAB_EMU_DIR", "/var/lib/k3lab-emu"))
 RUN = Path("/run/k3lab-emu")
 TCP_PORT = 2375
 ASCEND_DIR = "/usr/local/Ascend"
@@ -84,12 +83,12 @@ class Host:
         self.ns = f"{NS_PREFIX}{self.name}"
         self.ip = str(SUBNET.network_address + 11 + index)
         self.veth = f"k3e-{self.name}"
-        self.root = STATE / "hosts" / self.name
+        self.root = _state_dir() / "hosts" / self.name
         self.sock = RUN / f"{self.name}-docker.sock"
         self.docker_pid = RUN / f"{self.name}-docker.pid"
         self.sshd_pid = RUN / f"{self.name}-sshd.pid"
         self.exec_root = RUN / f"{self.name}-exec"
-        self.log = STATE / "logs" / f"{self.name}.log"
+        self.log = _state_dir() / "logs" / f"{self.name}.log"
 
     @property
     def usr_local(self) -> Path:
@@ -113,6 +112,11 @@ class Host:
         return bool(_sh("ip", "netns", "pids", self.ns, check=False).stdout.split())
 
 
+def _state_dir() -> Path:
+    """The emulated lab's state directory ($K3LAB_EMU_DIR), read when used."""
+    return settings.current().emu_dir
+
+
 def _pid_alive(pidfile: Path) -> bool:
     try:
         pid = int(pidfile.read_text().strip())
@@ -123,7 +127,7 @@ def _pid_alive(pidfile: Path) -> bool:
 
 
 def _client_key() -> Path:
-    key = STATE / "client" / "id_ed25519"
+    key = _state_dir() / "client" / "id_ed25519"
     if not key.exists():
         key.parent.mkdir(parents=True, exist_ok=True)
         _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "k3lab-labemu", "-f", str(key))
@@ -348,7 +352,7 @@ def _start(h: Host, tcp: bool) -> None:
         f"mount --bind {h.usr_local / 'Ascend'} {ASCEND_DIR}",
         f"/usr/sbin/sshd -f /etc/ssh/k3emu_sshd_config -E {h.root / 'sshd.log'}",
         # the host's tool service (module docstring); the hccn_tool lock is the host's own, not this machine's /tmp
-        f"K3SIM_HCCS_PING_S={q(os.environ.get('K3SIM_HCCS_PING_S', '0'))} "
+        f"K3SIM_HCCS_PING_S={q(format(settings.current().hccs_ping_s, 'g'))} "
         f"K3SIM_HCCN_LOCK={q(str(h.root / 'hccn_tool.lock'))} PYTHONPATH={q(':'.join(image.host_pythonpath()))} "
         f"{q(sys.executable)} -m k3sim.toolservice /etc/k3lab-sim/tool-service >>{q(str(h.root / 'tool-service.log'))} 2>&1 &",
         f"exec dockerd {' '.join(listen)} --data-root {data_root} --exec-root {h.exec_root} "
@@ -417,7 +421,7 @@ def guide_images() -> list[str]:
 
 
 def _state() -> dict:
-    path = STATE / "state.json"
+    path = _state_dir() / "state.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -427,7 +431,7 @@ def _hosts_on_machine() -> list[Host]:
     for ns in _sh("ip", "netns", "list", check=False).stdout.split():
         if ns.startswith(NS_PREFIX + "h") and ns[len(NS_PREFIX) + 1:].isdigit():
             idx.add(int(ns[len(NS_PREFIX) + 1:]))
-    for base, pattern in ((RUN, "h*-*"), (STATE / "hosts", "h*")):
+    for base, pattern in ((RUN, "h*-*"), (_state_dir() / "hosts", "h*")):
         if base.exists():
             for p in base.glob(pattern):
                 digits = p.name[1:].split("-")[0]
@@ -497,7 +501,7 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
     for h, name in zip(hosts, node_names):
         _filesystem(h, name, sc.platform, client_pub)
     _network(hosts)
-    known = STATE / "known_hosts"
+    known = _state_dir() / "known_hosts"
     inv = inventory(scenario, hosts, kinds, known, key)
     _reserve_planned(hosts, inv)
     for h, kind in zip(hosts, kinds):
@@ -517,7 +521,7 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# k3lab labemu: {n} emulated hosts for {scenario} (profile emulator)\n" +
                    yaml.safe_dump(inv, sort_keys=False))
-    (STATE / "state.json").write_text(json.dumps({
+    (_state_dir() / "state.json").write_text(json.dumps({
         "scenario": scenario, "inventory": str(out.resolve()), "known_hosts": str(known),
         "hosts": [{"index": h.index, "name": h.name, "node": nm, "ip": h.ip, "ns": h.ns, "endpoint": h.endpoint(k)}
                   for h, nm, k in zip(hosts, node_names, kinds)]}, indent=2))
@@ -592,9 +596,9 @@ def down() -> int:
     _sh("ip", "link", "del", BRIDGE, check=False)
     if Path(ASCEND_DIR, ".k3lab-labemu").exists():
         shutil.rmtree(ASCEND_DIR, ignore_errors=True)
-    for p in (STATE / "state.json", STATE / "known_hosts"):
+    for p in (_state_dir() / "state.json", _state_dir() / "known_hosts"):
         p.unlink(missing_ok=True)
-    shutil.rmtree(STATE / "logs", ignore_errors=True)
+    shutil.rmtree(_state_dir() / "logs", ignore_errors=True)
     _log(f"removed {len(hosts)} emulated host(s), their engines, namespaces and the bridge {BRIDGE}")
     return 0
 

@@ -12,7 +12,6 @@ from here and there: each resource registers its removal with the run's
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import socket
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import requests
 
-from k3lab import formats, waits
+from k3lab import formats, settings, waits
 from k3lab.errors import ChecksFailed, RunInterrupted, UsageError
 from k3lab.launchers import findings, metrics, targets
 from k3lab.launchers.backends import remove_by_label
@@ -38,9 +37,7 @@ from k3lab.model.plan import Gate, Plan, Process
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
 
-RUNS = Path(os.environ.get("K3LAB_RUNS", Path.cwd() / "runs"))
-
-__all__ = ["RUNS", "GateFailed", "Interrupted", "Run", "attach", "collect", "down", "down_all", "up"]
+__all__ = ["GateFailed", "Interrupted", "Run", "attach", "collect", "down", "down_all", "up"]
 
 
 class GateFailed(ChecksFailed, RuntimeError):
@@ -377,7 +374,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     tgt_obj.refuse_to_start()
     for warning in tgt_obj.warnings():
         _log(f"WARNING: {warning}")
-    run_dir = RUNS / run_id
+    run_dir = settings.current().runs / run_id
     render.write(static["rendered"], run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))
     (run_dir / "preflight.json").write_text(json.dumps(static["checked"], indent=2) + "\n")  # the reports list its acceptances
@@ -591,7 +588,7 @@ def attach(scenario: str, inventory_path: str, options: dict[str, str], scope: R
     scope.run_id = run_id
     rendered = render.build(scenario, inv, options, "lab", inventory_name=inv_name)
     plan = rendered.plan
-    run_dir = RUNS / run_id
+    run_dir = settings.current().runs / run_id
     render.write(rendered, run_dir / "rendered")
     (run_dir / "plan.json").write_text(render.plan_json(plan))
     target = AttachedLab.for_inventory(plan, run_id, inv, scope)

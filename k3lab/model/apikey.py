@@ -1,7 +1,7 @@
 """The deployments' API key: read from ``$K3LAB_API_KEY`` in one place, redacted from what the kit writes."""
 from __future__ import annotations
 
-import os
+from k3lab import settings
 
 ENV = "K3LAB_API_KEY"
 REDACTED = "<redacted>"
@@ -9,7 +9,7 @@ REDACTED = "<redacted>"
 
 def get() -> str | None:
     """The key, or None when unset or empty (every API is then open, as the guides ship it)."""
-    return os.environ.get(ENV) or None
+    return settings.current().api_key
 
 
 def redact(text: str) -> str:

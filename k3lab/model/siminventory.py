@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 
+from k3lab import settings
 from k3lab.model import catalog
 from k3lab.model.inventory import Inventory, Node, Sim
 
@@ -43,9 +43,8 @@ SUBNET_ENV, DEVICE_SUBNET_ENV = "K3LAB_SIM_SUBNET", "K3LAB_SIM_DEVICE_SUBNET"
 
 def from_env() -> Sim:
     """The default networks, or the ones $K3LAB_SIM_SUBNET / $K3LAB_SIM_DEVICE_SUBNET name."""
-    over = {k: v for k, v in (("subnet", os.environ.get(SUBNET_ENV)),
-                              ("device_subnet", os.environ.get(DEVICE_SUBNET_ENV))) if v}
-    return Sim(**over) if over else Sim.model_construct()  # only values from the environment need checking
+    s = settings.current()  # the settings checked the variables: a network of at least 8 addresses
+    return Sim.model_construct(subnet=s.sim_subnet, device_subnet=s.sim_device_subnet)
 
 
 def name() -> str:

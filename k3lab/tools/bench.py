@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from k3lab import settings
 from k3lab.launchers import suite
 from k3lab.model import catalog, runs, siminventory
 from k3lab.preflight import checks as preflight
@@ -144,7 +145,7 @@ def live(scenario: str, conformance: bool = True) -> dict:
     try:
         result["peak_memory_mb"] = _peak_memory_mb(run)
         result["engine_rss_mb"] = _engine_rss_mb(run)
-        load = float(os.environ.get("K3SIM_LOAD_SECONDS", "0.3"))
+        load = settings.current().sim_load_s
         start = _container_start_s()
         proc = _process_start_s(run)
         floor = start + len(run.plan.stages) * (proc + load)
@@ -256,7 +257,6 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
 
     if os.geteuid() != 0 or not shutil.which("nsenter"):
         return {"skipped": "needs root and nsenter (k3lab labemu)"}
-    from unittest import mock
 
     import yaml
 
@@ -267,8 +267,8 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         inv = Path(tmp) / "lab.yaml"
         try:
-            # the hosts' tool services take it from labemu up's environment; restored after
-            with mock.patch.dict(os.environ, {"K3SIM_HCCS_PING_S": str(FAIL_FAST_HCCS_PING_S)}):
+            # labemu up passes it to the hosts' tool services; restored after
+            with settings.patched(hccs_ping_s=FAIL_FAST_HCCS_PING_S):
                 labemu.up(None, scenario, inv)
             hosts = {n["name"]: n["local_ip"] for n in yaml.safe_load(inv.read_text())["nodes"]}
             for fault, node, cause in FAIL_FAST:

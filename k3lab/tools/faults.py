@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from k3lab import formats
+from k3lab import formats, settings
 from k3lab.conformance import toolparse
 from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launchers import suite
@@ -951,7 +951,8 @@ def _fresh_run(f: Fault, running: dict, baselined: set[str], add: Callable[[dict
 def _run_start_fault(f: Fault) -> set[str]:
     from unittest import mock  # the fault's environment for this run only, restored after (stdlib)
 
-    with mock.patch.dict(os.environ, f.env):
+    # the environment for the kit's child processes (the suite), the settings for this process
+    with mock.patch.dict(os.environ, f.env), settings.patched(**settings.given(f.env)):
         return _start_fault(f)
 
 

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from k3lab.launchers.backends import LABEL, TEARDOWN_DEADLINE_S
+from k3lab import settings
+from k3lab.launchers.backends import LABEL
 from k3lab.launchers.labemu import Host
 
-# the step's own limit + at most 2 minutes, as the issue asks; teardown's own limit is TEARDOWN_DEADLINE_S
+# the step's own limit + at most 2 minutes, as the issue asks; teardown's own limit is $K3LAB_TEARDOWN_DEADLINE
 SLACK_S = 120.0
 CHECK_TIMEOUT_S = 300.0  # --conformance-timeout of the hung-engine row's k3lab check (the issue's)
 INVENTORY = Path("build/labemu/lab-faults.yaml")
@@ -113,8 +114,8 @@ def _engine_hung(row: _Row, run, hosts: list, inventory: str) -> None:
         code, out, wall = _kit("check", run.plan.scenario, "-i", inventory, "--conformance-timeout",
                                str(int(CHECK_TIMEOUT_S)), timeout=CHECK_TIMEOUT_S + SLACK_S + 60)
         row.step("check", wall, CHECK_TIMEOUT_S + SLACK_S, out, code, None)
-        code, out, wall = _kit("down", run.id, timeout=TEARDOWN_DEADLINE_S + SLACK_S + 60)
-        row.step("down", wall, TEARDOWN_DEADLINE_S + SLACK_S, out, code, 3)
+        code, out, wall = _kit("down", run.id, timeout=settings.current().teardown_deadline_s + SLACK_S + 60)
+        row.step("down", wall, settings.current().teardown_deadline_s + SLACK_S, out, code, 3)
         row.clean([x for x in hosts if x is not h], run.id, "down")
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -126,8 +127,8 @@ def _sshd_down(row: _Row, run, hosts: list, inventory: str) -> None:
     h = row.target.host
     labemu.stop_sshd(h)
     try:
-        code, out, wall = _kit("down", run.id, timeout=TEARDOWN_DEADLINE_S + SLACK_S + 60)
-        row.step("down", wall, TEARDOWN_DEADLINE_S + SLACK_S, out, code, 3)
+        code, out, wall = _kit("down", run.id, timeout=settings.current().teardown_deadline_s + SLACK_S + 60)
+        row.step("down", wall, settings.current().teardown_deadline_s + SLACK_S, out, code, 3)
         row.clean([x for x in hosts if x is not h], run.id, "down")
     finally:
         labemu.start_sshd(h)
@@ -145,7 +146,7 @@ def _unreachable(row: _Row, run, hosts: list, inventory: str) -> None:
             left = lifecycle.down(run)  # in-process: its clients are connected to every host already
         wall = time.monotonic() - t
         sys.stdout.write(out.getvalue() + err.getvalue())
-        row.step("teardown", wall, TEARDOWN_DEADLINE_S + SLACK_S, out.getvalue() + err.getvalue(),
+        row.step("teardown", wall, settings.current().teardown_deadline_s + SLACK_S, out.getvalue() + err.getvalue(),
                  3 if left else 0, 3)
         if left != {row.target.node: row.target.endpoint}:
             row.misses.append((NAMED, f"teardown: run-state left {left}, expected {row.target.node} only"))
@@ -193,7 +194,7 @@ def run_row(fault) -> tuple[set[str], dict]:
         BREAK[fault.lab](row, run, hosts, inventory)  # each repairs its host, whatever happened
     finally:
         # repaired: the run-state remembers what is left, and down RUN finishes it (also after an error)
-        code, out, wall = _kit("down", run.id, timeout=TEARDOWN_DEADLINE_S + SLACK_S)
+        code, out, wall = _kit("down", run.id, timeout=settings.current().teardown_deadline_s + SLACK_S)
     row.walls["down after repair"] = round(wall, 1)
     if code != 0:
         row.misses.append((FINISHED, f"repaired: down exit {code}: {out.strip()[-300:]}"))

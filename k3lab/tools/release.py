@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from k3lab import __version__, formats
+from k3lab import __version__, formats, settings
 from k3lab.errors import UsageError
 from k3lab.launchers.sim import neighbours
 from k3lab.model import catalog, runs, siminventory, targetkinds
@@ -41,7 +41,6 @@ from k3lab.render import artefacts as render
 from k3lab.render import golden
 from k3lab.reports import gate
 
-RELEASES = Path(os.environ.get("K3LAB_RELEASES", Path.cwd() / "releases"))
 FILE = runs.RELEASE
 SLOTS = 3  # cycles at a time by default: on 2 cores, 3 slots overlap one cycle's waits with the others' work
 
@@ -331,7 +330,7 @@ def cmd_release(args) -> int:
         raise UsageError(f"--target {args.target} needs --inventory SCENARIO=FILE for {', '.join(missing)}")
     inject = _pairs(args.inject, "--inject")
     _check_injections(inject, scenarios, args.target)
-    out = Path(args.out) if args.out else RELEASES / time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else settings.current().releases / time.strftime("%Y%m%d-%H%M%S")
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
                       str(args.policy or "default"), args.strict)

@@ -47,7 +47,7 @@ def lab(tmp_path_factory):
     res = k3lab("labemu", "up", "--scenario", SCENARIO, "--out", str(out), timeout=600)
     try:
         assert res.returncode == 0, res.stdout + res.stderr
-        state = json.loads((labemu.STATE / "state.json").read_text())
+        state = json.loads((labemu._state_dir() / "state.json").read_text())
         yield {"inventory": out, "hosts": [labemu.Host(h["index"]) for h in state["hosts"]],
                "nodes": [h["node"] for h in state["hosts"]]}
     finally:

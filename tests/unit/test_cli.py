@@ -237,7 +237,7 @@ RENDER_ONLY = ("jinja2",)
 @pytest.mark.parametrize("commands, also_absent", [
     ([["preflight", "a3_pd"], ["render", "a3_pd", "--out", "{out}"]], NO_VALIDATOR),
     ([["preflight", "a5_pd_pooled"], ["preflight", "k3_a3_mixed", "--target", "sim"]], NO_VALIDATOR + RENDER_ONLY),
-    ([["list"], ["--version"]], ("pydantic", "yaml")),
+    ([["list"], ["--version"], ["env"], ["env", "--format", "json"]], ("pydantic", "yaml")),
     ([["preflight", "--list"], ["faults", "--list"]], ("yaml",)),
     ([["schema"], ["init", "a3_pd", "--out", "{out}.yaml"], ["preflight", "a3_pd", "-i", INVENTORY_FIXTURE]], ()),
 ], ids=["render-preflight", "preflight", "list-version", "check-lists", "schema-init-inventory"])

@@ -126,7 +126,7 @@ def _state(tmp_path, **extra):
 
 def test_down_names_the_unreachable_nodes_exits_3_and_a_rerun_finishes(tmp_path, monkeypatch, capsys):
     path = _state(tmp_path)
-    monkeypatch.setattr(commands, "RUNS", tmp_path)
+    monkeypatch.setenv("K3LAB_RUNS", str(tmp_path))
     pools = [_Pool({EPS["p1"]: "refused"}), _Pool({})]
     monkeypatch.setattr(commands, "ClientPool", lambda ssh: pools.pop(0))
     assert main.main(["down", "r1"]) == 3
@@ -141,7 +141,7 @@ def test_down_names_the_unreachable_nodes_exits_3_and_a_rerun_finishes(tmp_path,
 
 def test_status_names_a_host_that_does_not_answer(tmp_path, monkeypatch, capsys):
     _state(tmp_path)
-    monkeypatch.setattr(commands, "RUNS", tmp_path)
+    monkeypatch.setenv("K3LAB_RUNS", str(tmp_path))
     monkeypatch.setattr(commands, "ClientPool", lambda ssh: _Pool({EPS["d0"]: "refused"}))
     assert main.main(["status", "r1"]) == 3
     out = capsys.readouterr()
@@ -170,7 +170,7 @@ def test_a_lab_row_reports_each_miss_under_its_promise():
 def test_real_sockets_that_never_answer_end_by_the_answer_timeout(monkeypatch, capsys):
     """A listening socket that accepts and never answers is what a SIGSTOPped dockerd (tcp://) and a hung
     sshd (ssh://, no banner) look like; a closed port is a stopped sshd. The kit's own timeouts end each."""
-    monkeypatch.setattr(endpoints, "ANSWER_TIMEOUT_S", 1.0)
+    monkeypatch.setenv("K3LAB_ANSWER_TIMEOUT", "1")
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # the kernel completes the handshakes; nobody ever reads

@@ -1,6 +1,6 @@
 """The documentation site (docs/, mkdocs.yml) stays whole and true: every page is in the navigation, every
 relative link lands, the README stays a short entry point, the environment page lists every variable the
-kit reads with the defaults the code has, the Benchmarks page is generated from ``nox -s bench`` output,
+kit reads with the defaults k3lab/settings.py has, the Benchmarks page is generated from ``nox -s bench`` output,
 and, where MkDocs is installed (``nox -s docs``), the site builds with warnings as errors. The commands
 the pages show are run by tests/unit/test_readme.py."""
 from __future__ import annotations
@@ -90,15 +90,42 @@ def test_the_environment_page_lists_every_variable_the_kit_reads():
     assert "K3LAB_BENCH_JSON" in (DOCS / "hooks" / "bench.py").read_text()
 
 
-def test_the_documented_defaults_are_the_codes():
-    page = (DOCS / "environment.md").read_text()
-    code = "\n".join(p.read_text() for root in CODE for p in ([root] if root.is_file() else root.rglob("*.py")))
-    pairs = re.findall(r"\| `(K3(?:LAB|SIM)_[A-Z_]+)` \| ([\d.]+) s:", page)
-    pairs += re.findall(r"\| `(K3SIM_LOAD_SECONDS)` \| [^(|]*\(([\d.]+) s\)", page)
-    assert len(pairs) >= 6
-    for name, default in pairs:
-        found = set(re.findall(rf'"{name}", "([\d.]+)"', code))
-        assert found == {default}, f"{name}: the docs say {default} s, the code's defaults are {sorted(found)}"
+def _rows_by_section(page: str) -> dict[str, list[str]]:
+    """The table rows (lines starting with ``| ```) under each ``##`` heading of the page."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for line in page.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif line.startswith("| `"):
+            out.setdefault(section, []).append(line)
+    return out
+
+
+def test_the_environment_page_is_the_settings_table():
+    """Each setting of k3lab/settings.py has its row in its group's table with the default the code has;
+    every variable the page's tables name is a setting (or one of the tests' own, read by no kit code)."""
+    from k3lab import settings
+
+    rows = _rows_by_section((DOCS / "environment.md").read_text())
+    assert set(rows) == set(settings.GROUPS.values()), "one table per settings group, headed as GROUPS says"
+    for s in settings.SETTINGS:
+        heading = settings.GROUPS[s.group]
+        row = next((r for r in rows[heading] if f"`{s.env}`" in r.split("|")[1]), None)
+        assert row is not None, f"{s.env}: no row in the table {heading!r}"
+        default = "unset" if s.shown == "unset" else s.shown
+        assert default.lower() in row.lower(), f"{s.env}: the row does not give the code's default {s.shown!r}: {row}"
+    named = {n for section in rows.values() for r in section for n in re.findall(r"`([A-Z][A-Z0-9_]+)`", r.split("|")[1])}
+    assert named - set(settings.BY_ENV) == {"HYPOTHESIS_PROFILE", "K3LAB_BENCH_JSON"}, "documented, not a setting"
+
+
+def test_every_k3lab_variable_the_kit_names_is_a_setting():
+    from k3lab import settings
+
+    names = set()
+    for path in [*(ROOT / "k3lab").rglob("*.py"), *(ROOT / "conformance").rglob("*.py")]:
+        names |= set(re.findall(r"\b(K3LAB_[A-Z0-9_]+)\b", path.read_text()))
+    assert names - set(settings.BY_ENV) == set(), "read outside k3lab/settings.py's table"
 
 
 BENCH = {"machine": {"python": "3.11.7", "platform": "Linux", "cpus": 2},

@@ -12,7 +12,7 @@ from k3lab import formats
 from k3lab.cli import commands
 from k3lab.cli import main as cli
 
-LISTING = ["list", "status", "faults", "preflight", "compare", "release", "policy", "schema"]
+LISTING = ["list", "status", "faults", "preflight", "compare", "release", "policy", "schema", "env"]
 
 
 def _json(capsys, argv, schema, codes=(0,)):
@@ -45,6 +45,7 @@ def test_every_listing_command_takes_format():
     (["policy", "--schema", "--format", "json"], "policy-schema"),
     (["schema", "--format", "json"], "schema"),
     (["schema"], "schema"),
+    (["env", "--format", "json"], "env"),
 ])
 def test_static_commands_json_validates(capsys, monkeypatch, argv, schema):
     from k3lab import paths

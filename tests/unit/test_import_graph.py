@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # collects and nothing imports; it stands in the conformance layer)
 PACKAGES = {"k3lab": "k3lab", "conformance": "conformance"}
 # bottom to top: a module may import its own layer and the layers below it, never one above
-LAYERS = ["k3lab.errors", "k3lab.paths", "k3lab.outputs", "k3lab.formats", "k3lab.waits", "k3lab.model", "k3lab.render", "k3lab.preflight", "k3lab.launchers",
+LAYERS = ["k3lab.settings", "k3lab.errors", "k3lab.paths", "k3lab.outputs", "k3lab.formats", "k3lab.waits", "k3lab.model", "k3lab.render", "k3lab.preflight", "k3lab.launchers",
           "k3lab.conformance", "k3lab.diagnosis", "k3lab.reports", "k3lab.tools", "k3lab.cli"]
 
 

@@ -67,7 +67,7 @@ def _machine(tmp_path, monkeypatch, ns_pids: dict[str, str]):
     """STATE and RUN in tmp_path; `ip` answers from ns_pids (namespace -> its pids) and records the rest."""
     import subprocess
 
-    monkeypatch.setattr(labemu, "STATE", tmp_path / "state")
+    monkeypatch.setenv("K3LAB_EMU_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(labemu, "RUN", tmp_path / "run")
     (tmp_path / "run").mkdir()
     calls = []

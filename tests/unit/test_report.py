@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from k3lab import settings
 from k3lab.model import siminventory
 from k3lab.render import artefacts as render
 from k3lab.reports import report
@@ -184,9 +185,9 @@ def test_html_self_contained(run_dir):
 # ------------------------------------------------------------------------------------- redaction
 
 
-def test_api_key_redacted_everywhere(run_dir, monkeypatch):
-    monkeypatch.setenv("K3LAB_API_KEY", SECRET)
-    paths = report.write_reports(run_dir)
+def test_api_key_redacted_everywhere(run_dir):
+    with settings.patched(api_key=SECRET):  # the key as $K3LAB_API_KEY gives it, once the settings are read
+        paths = report.write_reports(run_dir)
     for path in (paths["summary"], paths["html"]):
         text = path.read_text()
         assert SECRET not in text

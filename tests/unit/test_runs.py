@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from k3lab.cli import commands, main
+from k3lab.cli import main
 from k3lab.errors import InputError
 from k3lab.model import runs
 
@@ -45,7 +45,7 @@ def test_a_corrupted_state_names_file_and_field(tmp_path, doc, says):
 def test_down_and_status_on_a_corrupted_state_exit_2(tmp_path, monkeypatch, capsys, command):
     (tmp_path / "r1").mkdir()
     _write(tmp_path / "r1", {**STATE, "endpoints": {"p0": 7}})
-    monkeypatch.setattr(commands, "RUNS", tmp_path)
+    monkeypatch.setenv("K3LAB_RUNS", str(tmp_path))
     assert main.main([command, "r1"]) == 2
     err = capsys.readouterr().err
     assert "run-state.json: field endpoints.p0" in err and "Traceback" not in err

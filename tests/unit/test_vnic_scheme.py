@@ -77,7 +77,7 @@ def test_emulated_hosts_put_distinct_carriers_on_their_nics(node_of):
 def test_an_emulated_pair_fault_names_the_peer_vnics_by_the_scheme(tmp_path, monkeypatch):
     """labemu break --fault pair-unreachable: the next host's device IPs and vNICs (as hccn_tool prints
     them, so -hccs_ping to them loses every packet) become unreachable from this host."""
-    monkeypatch.setattr(labemu, "STATE", tmp_path)
+    monkeypatch.setenv("K3LAB_EMU_DIR", str(tmp_path))
     (tmp_path / "state.json").write_text(json.dumps({"hosts": [{"index": 0}, {"index": 1}]}))
     for index in (0, 1):
         table = labemu.Host(index).root / "etc" / "k3lab-sim" / "node.json"

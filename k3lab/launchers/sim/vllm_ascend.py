@@ -20,6 +20,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from k3lab import settings
 from k3lab.errors import EnvError
 from k3lab.model.deviations import SIM_VLLM_ASCEND_K3, SIM_VLLM_ASCEND_K31, sim_vllm_ascend
 
@@ -41,7 +42,7 @@ class FetchError(EnvError, RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("K3LAB_CACHE") or Path.home() / ".cache" / "k3lab")
+    return settings.current().cache
 
 
 @contextmanager

@@ -39,9 +39,11 @@ class Target(ABC):
     """One kind of place a plan runs on. Subclasses register with :func:`k3lab.launchers.targets.register`."""
 
     name: ClassVar[str] = "abstract"
-    # per-host deadline of the kit-side reads (evidence, versions): a lab's hosts can break one by one;
-    # the sim's one engine is the kit's own (None: as long as it takes)
-    host_deadline: ClassVar[float | None] = None
+    @property
+    def host_deadline(self) -> float | None:
+        """Per-host deadline of the kit-side reads (evidence, versions): a lab's hosts can break one by one;
+        the sim's one engine is the kit's own (None: as long as it takes)."""
+        return None
 
     def __init__(self, plan: Plan, run_id: str, scope: RunScope) -> None:
         self.plan = plan

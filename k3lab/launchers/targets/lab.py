@@ -13,9 +13,9 @@ from typing import Any, Self
 import docker
 from docker.types import Mount
 
+from k3lab import settings
 from k3lab.errors import ChecksFailed
 from k3lab.launchers.endpoints import (
-    HOST_DEADLINE_S,
     ClientPool,
     CommandResult,
     HostUnreachable,
@@ -36,7 +36,9 @@ class LabTarget(DockerTarget):
     """Real nodes: each node's own Docker endpoint, the documented docker run."""
 
     name = "lab"
-    host_deadline = HOST_DEADLINE_S
+    @property
+    def host_deadline(self) -> float:
+        return settings.current().host_deadline_s  # $K3LAB_HOST_DEADLINE
 
     def __init__(self, plan: Plan, run_id: str, scope: RunScope, ssh: SshOptions | None = None,
                  pull: str = "never", acceptances: tuple = (), strict: bool = False) -> None:
@@ -141,7 +143,7 @@ class AttachedLab(LabTarget):
                 print(f"k3lab: {node.name} ({describe(node.endpoint)}): container {node.container.name} not found",
                       file=sys.stderr, flush=True)
 
-        for why in self.parallel(one, self.plan.nodes, HOST_DEADLINE_S).values():
+        for why in self.parallel(one, self.plan.nodes, self.host_deadline).values():
             print(f"k3lab: {why}", file=sys.stderr, flush=True)
 
     def container_names(self) -> dict[str, str]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import time
 from typing import Any
 
 import docker
 from docker.types import IPAMConfig, IPAMPool
 
-from k3lab import paths
+from k3lab import paths, settings
 from k3lab.errors import EnvError
 from k3lab.launchers.backends import LABEL
 from k3lab.launchers.endpoints import LOCAL_ENDPOINT, ClientPool, docker_client, local_client
@@ -22,8 +21,6 @@ from k3lab.model.plan import NodePlan, Plan, Stage
 
 FIXTURES = paths.FIXTURES
 NEIGHBOURS = "/run/k3lab-sim/neighbours"  # the ip -batch file of the node's permanent neighbour entries
-# a stage's gates on the simulator: its stand-ins start in seconds, so a stuck one is named sooner
-SIM_TIMEOUT_S = float(os.environ.get("K3LAB_SIM_GATE_TIMEOUT", "90"))
 
 
 def sim_engine(plan: Plan) -> docker.DockerClient:
@@ -40,7 +37,7 @@ def sim_engine(plan: Plan) -> docker.DockerClient:
 def standin_env(plan: Plan) -> dict[str, str]:
     """What the stand-in engines read: their model load time, and the vLLM-Ascend version the plan's guide
     was validated on (the sim's engines, and the emulated lab's, which run the same stand-in)."""
-    return {"K3SIM_LOAD_SECONDS": os.environ.get("K3SIM_LOAD_SECONDS", "0.3"),
+    return {"K3SIM_LOAD_SECONDS": format(settings.current().sim_load_s, "g"),
             "K3SIM_VLLM_VERSION": "0.23.0" if "0.23.0" in plan.seed else "0.30.0"}
 
 
@@ -122,7 +119,8 @@ class SimTarget(DockerTarget):
         return standin_env(self.plan)
 
     def gate_timeout(self, stage: Stage) -> float:
-        return min(float(stage.timeout_s), SIM_TIMEOUT_S)
+        # the stand-ins start in seconds, so a stuck one is named sooner ($K3LAB_SIM_GATE_TIMEOUT)
+        return min(float(stage.timeout_s), settings.current().sim_gate_timeout_s)
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), "network": self.network_name}
