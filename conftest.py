@@ -1,4 +1,4 @@
-"""Options for the kit's own tests (the conformance suite's come from its plugin, k3lab.conformance.plugin)."""
+"""Options for the kit's own tests (the conformance suite's come from its plugin, k3lab.conform.plugin)."""
 from __future__ import annotations
 
 

@@ -59,7 +59,7 @@ for _name, _doc, _command in [
     ("release", "Release gate: static stage for all twelve scenarios, live cycles on the sim (2 at a time), one verdict.",
      ["k3lab", "release", "--out", "build/release"]),
     ("golden", "Compare every rendered artefact with golden/ (add -- --snapshot-update to accept changes).",
-     ["pytest", "tests/unit/test_golden.py"]),
+     ["pytest", "tests/unit/render/test_golden.py"]),
     ("bench", "Benchmarks, written as JSON to build/bench.json.", ["k3lab", "bench", "--out", "build/bench.json"]),
     ("faults", "The fault matrix: every catalogued fault caught by exactly its intended checks (static + live).",
      ["k3lab", "faults", "--json", "build/faults.json"]),
@@ -157,7 +157,7 @@ def docs(session: nox.Session) -> None:
     install(session, extras="sim,test,docs")
     session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", "build/site")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_docs.py", "tests/unit/test_readme.py",
-                "tests/unit/test_newcomer.py", *session.posargs)
+                "tests/unit/cli/test_newcomer.py", *session.posargs)
 
 
 @nox.session

@@ -1,6 +1,6 @@
 """Accuracy through the entrypoint with AISBench, gated on the K3.1 Pro guide's §7 figures.
 
-Runs only with ``--accuracy``; where AISBench runs is explained in :mod:`k3lab.conformance.benchrun`.
+Runs only with ``--accuracy``; where AISBench runs is explained in :mod:`k3lab.conform.benchrun`.
 AISBench and its datasets must already be installed there (``ais_bench/datasets/gpqa``,
 ``ais_bench/datasets/mmmu_pro``). The kit writes one model config,
 ``vllm_api_general_chat_k3lab.py``, next to AISBench's own ``vllm_api_general_chat.py`` (as the
@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from k3lab.conformance import benchparse
-from k3lab.conformance.benchrun import api_key_env, require_service_up, runner_for, watched
-from k3lab.conformance.evidence import check
-from k3lab.conformance.plugin import skip
+from k3lab.conform import benchparse
+from k3lab.conform.benchrun import api_key_env, require_service_up, runner_for, watched
+from k3lab.conform.evidence import check
+from k3lab.conform.plugin import skip
 from k3lab.model.apikey import redact
 
 pytestmark = [pytest.mark.accuracy,

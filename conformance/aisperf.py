@@ -1,7 +1,7 @@
 """Performance through the entrypoint with AISBench, as the Kimi K3 guide §8.3-8.4 runs it (``aisbench_test.py``).
 
 Runs only with ``--aisbench-perf``; where the load generator runs is explained in
-:mod:`k3lab.conformance.benchrun` (the guide puts it on the master node: ``--bench-node``). The K3.1 Pro
+:mod:`k3lab.conform.benchrun` (the guide puts it on the master node: ``--bench-node``). The K3.1 Pro
 guide §8.1 only refers to the AISBench performance guide, so the same two workloads serve both:
 
 * ``8k-1k``: 8192 in / 1024 out, no prefix-cache hit;
@@ -35,11 +35,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from k3lab import paths
-from k3lab.conformance import aisperfparse as ap
-from k3lab.conformance import benchparse
-from k3lab.conformance.benchrun import Runner, api_key_env, require_service_up, runner_for, watched
-from k3lab.conformance.evidence import check, fail
-from k3lab.conformance.plugin import skip
+from k3lab.conform import aisperfparse as ap
+from k3lab.conform import benchparse
+from k3lab.conform.benchrun import Runner, api_key_env, require_service_up, runner_for, watched
+from k3lab.conform.evidence import check, fail
+from k3lab.conform.plugin import skip
 from k3lab.model import apikey
 from k3lab.model.apikey import redact
 

@@ -1,7 +1,7 @@
 """Fixtures for live checks: the run-state and plan of a deployment that is up, and node access.
 
 Checks reach nodes only through real interfaces: ``docker exec`` of the node's tools in the node's
-container on the node's own Docker endpoint (``k3lab.launchers.endpoints.NodeHost``, testinfra-shaped),
+container on the node's own Docker endpoint (``k3lab.launch.endpoints.NodeHost``, testinfra-shaped),
 HTTP endpoints and Prometheus text. Each node's checks share an xdist group so
 ``-n N --dist loadgroup`` runs nodes in parallel.
 """
@@ -17,20 +17,20 @@ from k3lab import settings
 from k3lab.model import apikey, runs
 from k3lab.model.plan import Plan
 
-pytest_plugins = ["k3lab.conformance.plugin"]
+pytest_plugins = ["k3lab.conform.plugin"]
 
 
 def pytest_configure(config):
     """The suite's entry reads its settings from its environment (a bad value is a usage error naming the
     variable). The controller (or a run without xdist) makes the directory where workers share each
-    node's tool batch (k3lab.conformance.nodetools); workers inherit it through the environment."""
+    node's tool batch (k3lab.conform.nodetools); workers inherit it through the environment."""
     _read_settings()
     if hasattr(config, "workerinput"):
         return
     import shutil
     import tempfile
 
-    from k3lab.conformance import nodetools
+    from k3lab.conform import nodetools
 
     config._k3lab_tools_dir = tempfile.mkdtemp(prefix="k3lab-node-tools-")
     os.environ[nodetools.DIR_ENV] = config._k3lab_tools_dir  # for the workers, child processes
@@ -112,7 +112,7 @@ def state(run_dir) -> runs.RunState:
 @pytest.fixture(scope="session")
 def client_pool(state):
     """One Docker client per endpoint for the whole session (one SSH connection per ssh:// host)."""
-    from k3lab.launchers.endpoints import ClientPool, SshOptions
+    from k3lab.launch.endpoints import ClientPool, SshOptions
 
     pool = ClientPool(SshOptions.from_dict(state.ssh))
     yield pool
@@ -123,7 +123,7 @@ def client_pool(state):
 def hosts(state, client_pool):
     """Per node: its container on its own endpoint from run-state.json (the same container name can
     exist on every lab node). ``hosts[n].run(cmd)`` returns rc/stdout/stderr like testinfra."""
-    from k3lab.launchers.endpoints import hosts_from_state
+    from k3lab.launch.endpoints import hosts_from_state
 
     return hosts_from_state(state, client_pool)
 
@@ -131,12 +131,12 @@ def hosts(state, client_pool):
 @pytest.fixture(scope="session")
 def tools(hosts, plan, request):
     """Per node: its read-only tool output (npu-smi, hccn_tool per device, /proc, staged files) from
-    ONE docker exec per node for the whole suite (k3lab.conformance.nodetools); other commands run live.
+    ONE docker exec per node for the whole suite (k3lab.conform.nodetools); other commands run live.
     A run of the NPU and HCCN checks alone (the hardware stage) reads only what they need."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from k3lab.conformance.nodetools import NodeTools, Store, shared_dir
-    from k3lab.launchers.suite import HARDWARE
+    from k3lab.conform.nodetools import NodeTools, Store, shared_dir
+    from k3lab.launch.suite import HARDWARE
 
     store = Store(shared_dir(), hardware_only=all(item.path.name == HARDWARE for item in request.session.items))
     tools = {n.name: NodeTools(hosts[n.name], n, store) for n in plan.nodes if n.name in hosts}
@@ -157,7 +157,7 @@ class _Clients(dict):
         self.state, self.pool = state, pool
 
     def __missing__(self, node: str):
-        from k3lab.launchers.endpoints import LOCAL_ENDPOINT, describe, reason, unreachable_error
+        from k3lab.launch.endpoints import LOCAL_ENDPOINT, describe, reason, unreachable_error
 
         endpoint = self.state.endpoint_of(node, LOCAL_ENDPOINT)
         try:
@@ -196,7 +196,7 @@ def entrypoint(plan) -> str:
 def cold_cache(http, plan):
     """``cold_cache()`` resets every prefix cache (through the proxy on PD); False with the reason
     when the engines refuse (no VLLM_SERVER_DEV_MODE=1): use a never-seen prompt then."""
-    from k3lab.conformance.cache import reset_prefix_cache
+    from k3lab.conform.cache import reset_prefix_cache
 
     def reset(external: bool = False) -> tuple[bool, str]:
         return reset_prefix_cache(http, plan, external)

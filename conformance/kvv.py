@@ -1,6 +1,6 @@
 """Accuracy runs of the K3 guide §7 with the Kimi K3 evaluation toolkit (Inspect AI, "kvv" environment).
 
-Runs only with ``--kvv``; where the toolkit runs is explained in :mod:`k3lab.conformance.benchrun`.
+Runs only with ``--kvv``; where the toolkit runs is explained in :mod:`k3lab.conform.benchrun`.
 The toolkit must already be installed there (§7.1: ``pip install -e .`` in a Python >= 3.12
 environment) with its datasets: ``--kvv-toolkit DIR`` is ``<KIMI_K3_EVALUATION_TOOLKIT>`` and
 ``--kvv-python`` that environment's interpreter (default ``python``: the kit cannot ``conda activate``).
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lab.conformance import kvvparse
-from k3lab.conformance.benchrun import (
+from k3lab.conform import kvvparse
+from k3lab.conform.benchrun import (
     HostRunner,
     Runner,
     ServiceWatch,
@@ -35,8 +35,8 @@ from k3lab.conformance.benchrun import (
     runner_for,
     watched,
 )
-from k3lab.conformance.evidence import check, fail
-from k3lab.conformance.plugin import skip
+from k3lab.conform.evidence import check, fail
+from k3lab.conform.plugin import skip
 from k3lab.model.apikey import redact
 
 pytestmark = [pytest.mark.kvv,

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from k3lab.conformance import longparse
-from k3lab.conformance.evidence import check
+from k3lab.conform import longparse
+from k3lab.conform.evidence import check
 
 pytestmark = [pytest.mark.long_requests,
               pytest.mark.conformance(area="long-requests", must="Requests as long as the configured limit MUST "

@@ -1,6 +1,6 @@
 """Performance through the entrypoint with ``vllm bench serve``, as the K3.1 Pro guide §8.2 runs it.
 
-Runs only with ``--perf``; where the benchmark runs is explained in :mod:`k3lab.conformance.benchrun`.
+Runs only with ``--perf``; where the benchmark runs is explained in :mod:`k3lab.conform.benchrun`.
 The baseline (``fixtures/baselines/<scenario>.json`` or ``--perf-baseline FILE``) fixes both the
 workload and the gated metrics, because results compare only at equal lengths, concurrency and
 cache state (guide §8.2)::
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from k3lab import paths
-from k3lab.conformance import benchparse
-from k3lab.conformance.benchrun import api_key_env, require_service_up, runner_for, watched
-from k3lab.conformance.evidence import check, fail
-from k3lab.conformance.plugin import skip
+from k3lab.conform import benchparse
+from k3lab.conform.benchrun import api_key_env, require_service_up, runner_for, watched
+from k3lab.conform.evidence import check, fail
+from k3lab.conform.plugin import skip
 from k3lab.model.apikey import redact
 
 pytestmark = [pytest.mark.perf,

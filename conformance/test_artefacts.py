@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from k3lab.conformance.plugin import skip
+from k3lab.conform.plugin import skip
 from k3lab.render import golden
 
 KIND = "kit"  # a mismatch here means the kit staged something other than what it rendered

@@ -8,7 +8,7 @@ from __future__ import annotations
 import docker
 import pytest
 
-from k3lab.launchers.endpoints import describe
+from k3lab.launch.endpoints import describe
 from k3lab.model import targetkinds
 
 KIND = "environment"  # default class of a failure here

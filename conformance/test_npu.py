@@ -5,10 +5,10 @@ from typing import Callable, TypeVar
 
 import pytest
 
-from k3lab.conformance import nodetools, toolparse
-from k3lab.conformance.plugin import skip
-from k3lab.launchers import hwstage
-from k3lab.launchers.endpoints import TIMED_OUT
+from k3lab.conform import nodetools, toolparse
+from k3lab.conform.plugin import skip
+from k3lab.launch import hwstage
+from k3lab.launch.endpoints import TIMED_OUT
 
 T = TypeVar("T")
 
@@ -24,7 +24,7 @@ KIND = "environment"  # default class of a failure here
     remedy="on the named node, read npu-smi info -t health -i N for the device; reset it (npu-smi set -t reset) or replace it, and reinstall the driver if rows are missing.")
 def test_npu_smi_devices_healthy(node, tools):
     out = tools[node.name].check_output("npu-smi info")
-    # every layout of tests/corpus (98/116 columns, Bus-Id NA, 950): k3lab.conformance.toolparse
+    # every layout of tests/corpus (98/116 columns, Bus-Id NA, 950): k3lab.conform.toolparse
     try:
         info = toolparse.npu_smi_info(out)
     except toolparse.Unparsed as exc:
@@ -47,7 +47,7 @@ def test_npu_smi_devices_healthy(node, tools):
 def _per_device(tools, node, option: str) -> dict[int, str]:
     """The guides' loop (``for i in {0..15}; do hccn_tool -i $i OPTION; done``): device -> output.
 
-    Read from the node's batch (k3lab.conformance.nodetools): one exec per node for the whole suite."""
+    Read from the node's batch (k3lab.conform.nodetools): one exec per node for the whole suite."""
     answers = tools.many([nodetools.hccn(i, option) for i in range(node.device_count)])
     result: dict[int, str] = {}
     for i in range(node.device_count):
@@ -364,7 +364,7 @@ def _judge(text: str) -> str | None:
 
 # The rest of vllm-ascend's "verify multi-node communication environment" procedure (guides §3.2):
 # switch ports over LLDP, the netdetect address and gateway, /etc/hccn.conf and, on A3, spod-info.
-# The lab's hardware stage runs this file before any engine starts (k3lab.launchers.hwstage).
+# The lab's hardware stage runs this file before any engine starts (k3lab.launch.hwstage).
 
 
 @pytest.mark.conformance(

@@ -14,10 +14,10 @@ import jsonschema
 import pytest
 
 from k3lab import waits
-from k3lab.conformance import eviction
-from k3lab.conformance.evidence import check, fail
-from k3lab.conformance.plugin import skip
-from k3lab.launchers import metrics
+from k3lab.conform import eviction
+from k3lab.conform.evidence import check, fail
+from k3lab.conform.plugin import skip
+from k3lab.launch import metrics
 from k3lab.model import apikey
 
 
@@ -542,7 +542,7 @@ def _local_cache(http, api):
 
 def _evict_after_storing(http, plan, api) -> _Evicted:
     """Store the prompts on ``api``, then fill its local prefix cache past them by volume (see
-    k3lab.conformance.eviction for the method and its cost on a lab); skip when the pool cannot hold
+    k3lab.conform.eviction for the method and its cost on a lab); skip when the pool cannot hold
     the fill without evicting them too."""
     local = _local_cache(http, api)
     need_tokens = local.fill_tokens()
@@ -653,7 +653,7 @@ def test_external_cache_hits_on_repeated_prefix(http, plan, cold_cache, evicted,
     when the engines serve it (VLLM_SERVER_DEV_MODE=1), else a fill by volume. That fill costs about
     1.05 x the local KV cache in prompt tokens (``vllm:cache_config_info`` num_gpu_blocks x
     block_size): 2.2 M tokens for 16384 blocks of 128, about 110 s at a stated 20,000 tokens/s
-    prefill (k3lab.conformance.eviction); the run records tokens, requests and seconds as
+    prefill (k3lab.conform.eviction); the run records tokens, requests and seconds as
     ``eviction.*`` properties."""
     first, second, how = _two_producers(plan, cold_cache)
     out1 = _first_output(http, plan, first, how, cold_cache, evicted, record_property, "repeat")

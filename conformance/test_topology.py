@@ -6,10 +6,10 @@ import re
 import pytest
 import requests
 
-from k3lab.conformance import nodetools
-from k3lab.conformance.memcache import health_ok
-from k3lab.conformance.plugin import skip
-from k3lab.launchers import metrics
+from k3lab.conform import nodetools
+from k3lab.conform.memcache import health_ok
+from k3lab.conform.plugin import skip
+from k3lab.launch import metrics
 
 KIND = "environment"  # default class of a failure here
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from k3lab.launchers.sim.vllm_ascend import FetchError
+from k3lab.launch.simimage.vllm_ascend import FetchError
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The real components the contracts compare against, fetched with the ordinary client and cached
 outside the repository (``$K3LAB_CACHE``, default ``~/.cache/k3lab``). Nothing here is committed.
 
-* vllm-ascend sdists: ``k3lab.launchers.sim.vllm_ascend`` (the proxy and ``launch_online_dp.py``).
+* vllm-ascend sdists: ``k3lab.launch.simimage.vllm_ascend`` (the proxy and ``launch_online_dp.py``).
 * vLLM 0.33 wheel (336 MB): ``pip download --no-deps vllm==0.33.0``; read with ``zipfile`` only.
 * MemCache 1.3.0: ``memcache-hybrid==1.3.0`` and ``memfabric-hybrid==1.3.0`` (x86_64 cp311 wheels)
   installed into their own venv, never into the kit's.
@@ -13,7 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from k3lab.launchers.sim.vllm_ascend import FetchError, _locked, _run, cache_dir, helper_python
+from k3lab.launch.simimage.vllm_ascend import FetchError, _locked, _run, cache_dir, helper_python
 
 VLLM = "0.33.0"
 MEMCACHE = "1.3.0"

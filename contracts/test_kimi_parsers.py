@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from contracts import wheel as w
-from k3lab.launchers.sim.image import host_pythonpath
+from k3lab.launch.simimage.image import host_pythonpath
 
 for _p in reversed(host_pythonpath()):  # k3sim and the image's site, importable here
     if _p not in sys.path:

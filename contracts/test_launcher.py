@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from k3lab.launchers.sim import vllm_ascend
+from k3lab.launch.simimage import vllm_ascend
 from k3lab.model import catalog, siminventory
 from k3lab.render import artefacts as render
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from k3lab.launchers.sim.image import host_pythonpath
-from k3lab.launchers.sim.vllm_ascend import FetchError
+from k3lab.launch.simimage.image import host_pythonpath
+from k3lab.launch.simimage.vllm_ascend import FetchError
 
 MAIN = "import sys; from memcache_hybrid import MetaService; sys.exit(MetaService.main())"  # the guide's command
 # read by conformance/ and the lifecycle gates (segment samples need a provider; HELP and TYPE do not)

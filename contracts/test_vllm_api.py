@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import wheel as w
-from tests.sim._standin import Proc
-from tests.sim._vllm import VLLM, chat, env, free_port, model_dir, request, sse, wait_ready
+from tests.standins._standin import Proc
+from tests.standins._vllm import VLLM, chat, env, free_port, model_dir, request, sse, wait_ready
 
 PD = {"prefill": {"dp_size": 1, "tp_size": 1}, "decode": {"dp_size": 1, "tp_size": 1}}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

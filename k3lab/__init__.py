@@ -2,7 +2,7 @@
 
 Layers import one way only (``tests/unit/test_import_graph.py`` enforces it), bottom to top:
 
-``errors`` → ``model`` → ``render`` → ``preflight`` → ``launchers`` → ``conformance`` → ``reports``
+``errors`` → ``model`` → ``render`` → ``preflight`` → ``launch`` → ``conform`` → ``reports``
 → ``tools`` → ``cli``.
 
 Every module of the kit lives here, under one path and one name. The design card's top-level folders

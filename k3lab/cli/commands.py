@@ -1,6 +1,6 @@
 """The CLI's handlers for the live commands: up, cycle, check, down, status, bench.
 
-They turn parsed arguments into calls of the bring-up engine (k3lab.launchers.lifecycle) and the tools
+They turn parsed arguments into calls of the bring-up engine (k3lab.launch.lifecycle) and the tools
 (faults, bench). The engine never imports this module or the CLI, so the layers import one way.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 from k3lab import formats, settings
 from k3lab.errors import CHECKS_FAILED, ENVIRONMENT, EnvError, UsageError
-from k3lab.launchers import suite
-from k3lab.launchers.backends import LABEL, teardown
-from k3lab.launchers.endpoints import (
+from k3lab.launch import suite
+from k3lab.launch.backends import LABEL, teardown
+from k3lab.launch.endpoints import (
     LOCAL_ENDPOINT,
     ClientPool,
     SshOptions,
@@ -23,7 +23,7 @@ from k3lab.launchers.endpoints import (
     each_host,
     reason,
 )
-from k3lab.launchers.lifecycle import (
+from k3lab.launch.lifecycle import (
     GateFailed,
     Run,
     _log,
@@ -33,8 +33,8 @@ from k3lab.launchers.lifecycle import (
     down_all,
     up,
 )
-from k3lab.launchers.pipeline import Phase
-from k3lab.launchers.scope import Interrupted, RunScope
+from k3lab.launch.pipeline import Phase
+from k3lab.launch.scope import Interrupted, RunScope
 from k3lab.model import runs
 
 

@@ -336,7 +336,7 @@ def _add_labemu(sub) -> None:
     p.add_argument("--out", default="lab.yaml", help="lab inventory to write")
     p.add_argument("--endpoints", choices=["mixed", "ssh", "tcp"], default="mixed",
                    help="endpoint kinds in the inventory (mixed: every fourth host over tcp://)")
-    p.set_defaults(fn=lazy("k3lab.launchers.labemu", "cmd_labemu"))
+    p.set_defaults(fn=lazy("k3lab.launch.labemu", "cmd_labemu"))
 
 
 def _add_down(sub) -> None:

@@ -31,7 +31,7 @@ from k3lab import paths
 Stage = Literal["static", "lab", "host", "hardware", "conformance"]
 STAGES: tuple[str, ...] = ("static", "lab", "host", "hardware", "conformance")
 Severity = Literal["error", "warning"]
-HARDWARE_MODULE = "test_npu.py"  # the suite file the hardware stage runs (k3lab.launchers.suite.HARDWARE)
+HARDWARE_MODULE = "test_npu.py"  # the suite file the hardware stage runs (k3lab.launch.suite.HARDWARE)
 MARK = "conformance"
 
 
@@ -153,7 +153,7 @@ def _module_marks(tree: ast.Module, where: str) -> dict[str, str]:
 
 def module_checks(path: Path) -> list[CheckInfo]:
     """The checks one suite file declares, in file order: every ``test_*`` function, its mark over the
-    module's (as k3lab.conformance.plugin merges them); area defaults to the file's name, id to
+    module's (as k3lab.conform.plugin merges them); area defaults to the file's name, id to
     ``<area>.<function>``."""
     where = f"conformance/{path.name}"
     tree = ast.parse(path.read_text(), str(path))

@@ -21,7 +21,7 @@ class _Model(BaseModel):
     Building the models' validators is what a ``k3lab render`` or ``preflight`` process would spend
     most of its own time on (it never reads a plan back), so the renderer's constructor checks the field
     names and leaves the values as given (``make``: pydantic's ``model_construct``), and the validators
-    are built only on first validation (``defer_build``). ``tests/unit/test_plan.py`` validates every
+    are built only on first validation (``defer_build``). ``tests/unit/model/test_plan.py`` validates every
     rendered plan.
     """
 
@@ -36,7 +36,7 @@ class _Model(BaseModel):
                 values[name] = data[name]
             elif field.default_factory is not None:  # called here: pydantic inspects its signature, ~50 us a call
                 values[name] = cast(Callable[[], object], field.default_factory)()  # no-argument factories only
-            elif field.default is not PydanticUndefined:  # plain defaults are immutable (tests/unit/test_plan.py)
+            elif field.default is not PydanticUndefined:  # plain defaults are immutable (tests/unit/model/test_plan.py)
                 values[name] = field.default
             else:
                 missing.append(name)
@@ -311,7 +311,7 @@ def jsonable(value: object) -> object:
     """``model_dump(mode="json")`` of a plan without building its serializers (see ``_Model``).
 
     Plans hold models, lists, dicts, strings, numbers, booleans and None; a float field given a
-    whole number dumps as a float, as pydantic's does. ``tests/unit/test_plan.py`` compares the two.
+    whole number dumps as a float, as pydantic's does. ``tests/unit/model/test_plan.py`` compares the two.
     """
     if isinstance(value, BaseModel):
         fields = type(value).model_fields

@@ -15,7 +15,7 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
       static: block                # render, preflight and golden of the release's static stage
       perf: {threshold: 0.97}     # numbers measured on the simulator never gate
       accuracy: {tolerance: 1.0}
-      versions:                    # components read from the nodes (k3lab.launchers.versions)
+      versions:                    # components read from the nodes (k3lab.launch.versions)
         - {component: vllm_ascend, expect: guide, level: block}
       accepted_deviations:         # plan.json deviations (id glob) a release accepts
         - {id: "sim-*", reason: "simulator-only substitution"}

@@ -1,6 +1,6 @@
 """The files a run and a release leave behind, as models beside :class:`~k3lab.model.plan.Plan`.
 
-``run-state.json`` (written by :mod:`k3lab.launchers.lifecycle`), ``conformance-results.json`` (the
+``run-state.json`` (written by :mod:`k3lab.launch.lifecycle`), ``conformance-results.json`` (the
 suite's plugin) and ``release.json`` (:mod:`k3lab.tools.release`) are read back by ``down``/``status``,
 the suite, the reports, the gate, ``compare``, ``baseline`` and the benchmarks. Each is validated on read,
 carries a version, and a corrupted, truncated or foreign file is an :class:`~k3lab.errors.InputError`
@@ -149,7 +149,7 @@ class Release(_Artefact):
 
 
 class Versions(_Artefact):
-    """``versions.json`` (k3lab.launchers.versions.probe): what each node ran, their summary, and the nodes
+    """``versions.json`` (k3lab.launch.versions.probe): what each node ran, their summary, and the nodes
     that did not answer; every key has a default (a partial probe is still read), each present key its type."""
 
     schema_: int = Field(VERSION, alias="schema", ge=1, le=VERSION)

@@ -12,7 +12,7 @@ def default(scenario_id: str, sim: Sim | None = None) -> Inventory:
     """Nodes on the kit's private network, NIC eth0, the documented default ports.
 
     Built without validation (``model_construct``: no validator is built for the static commands);
-    ``tests/unit/test_plan.py`` validates it for every scenario.
+    ``tests/unit/model/test_plan.py`` validates it for every scenario.
     """
     sc = catalog.get(scenario_id)
     sim = sim or from_env()

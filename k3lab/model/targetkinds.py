@@ -1,7 +1,7 @@
 """What each target is, as data: the facts the renderer, preflight, reports and the suite need about where a
 plan runs, so none of them branches on a target's name.
 
-The target implementations (:mod:`k3lab.launchers.targets`) say how to create, reach and tear down; this
+The target implementations (:mod:`k3lab.launch.targets`) say how to create, reach and tear down; this
 module, in the model layer below them, says what the layers below the launchers may rely on. A new target
 (Kubernetes) adds one :class:`TargetKind` here and one module there, and touches no consumer.
 """

@@ -1,6 +1,6 @@
 """The host stage's checks: what each lab node's host must hold before any container starts.
 
-Facts come from each node's own host (``k3lab.launchers.hoststage`` reads them with testinfra
+Facts come from each node's own host (``k3lab.launch.hoststage`` reads them with testinfra
 over the node's endpoint); these functions only judge them, so they run without Docker or SSH.
 Each check has an ID, a MUST statement and a remedy (``k3lab preflight --list``); every finding
 names the node and its host.

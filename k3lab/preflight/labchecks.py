@@ -1,6 +1,6 @@
 """The lab preflight's checks: ID, area, MUST statement and remedy (``k3lab preflight --list``, ``k3lab checks``).
 
-Kept apart from ``k3lab.launchers.labpreflight`` (which runs them and needs the Docker SDK and paramiko)
+Kept apart from ``k3lab.launch.labpreflight`` (which runs them and needs the Docker SDK and paramiko)
 so that listing the checks imports neither. Each is a :class:`k3lab.model.checks.CheckInfo` of stage ``lab``.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """RUNBOOK.md: how to run a render's scripts by hand, node by node, in the order ``k3lab up`` runs them.
 
 Everything comes from the :class:`~k3lab.model.plan.Plan`: its containers, artefacts, stages and gates
-are the data the bring-up engine (k3lab.launchers.lifecycle) walks, so the runbook and ``k3lab up``
+are the data the bring-up engine (k3lab.launch.lifecycle) walks, so the runbook and ``k3lab up``
 cannot disagree about the order or about what "ready" means. Each gate gets the command an operator
 types to check it by hand (curl for HTTP, bash's /dev/tcp for a bare port, grep for a log line).
 """

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from k3lab.launchers import versions
+from k3lab.launch import versions
 from k3lab.model import numbers
 from k3lab.model.policy import Effective
 from k3lab.reports import report

@@ -1,7 +1,7 @@
 """Acceptance reports for a run directory: ``summary.md`` and a self-contained ``report.html``.
 
 ``write_reports(run_dir)`` reads ``plan.json``, ``run-state.json`` and ``conformance-results.json``
-(written by ``k3lab.conformance.plugin``; ``junit.xml`` is parsed when it is missing) and leaves
+(written by ``k3lab.conform.plugin``; ``junit.xml`` is parsed when it is missing) and leaves
 ``junit.xml`` untouched. Every value may come from an inventory, so all of it is escaped, and the
 value of ``$K3LAB_API_KEY`` is redacted wherever it appears.
 

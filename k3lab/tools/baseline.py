@@ -16,9 +16,9 @@ import shlex
 from pathlib import Path
 
 from k3lab import outputs, paths
-from k3lab.conformance import benchparse
+from k3lab.conform import benchparse
 from k3lab.errors import UsageError
-from k3lab.launchers import versions
+from k3lab.launch import versions
 from k3lab.model import catalog, numbers, runs, safeyaml, targetkinds
 from k3lab.reports import report
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab import settings
-from k3lab.launchers import suite
+from k3lab.launch import suite
 from k3lab.model import catalog, runs, siminventory
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
@@ -121,8 +121,8 @@ def _process_start_s(run) -> float:
 
 
 def _container_start_s() -> float:
-    from k3lab.launchers.endpoints import local_client
-    from k3lab.launchers.sim import image
+    from k3lab.launch.endpoints import local_client
+    from k3lab.launch.simimage import image
 
     client = local_client()
     ref = image.ensure(client)
@@ -137,7 +137,7 @@ def _container_start_s() -> float:
 
 
 def live(scenario: str, conformance: bool = True) -> dict:
-    from k3lab.launchers import lifecycle
+    from k3lab.launch import lifecycle
 
     t0 = time.perf_counter()
     run = lifecycle.up(scenario, None, {}, "sim")
@@ -169,7 +169,7 @@ def live(scenario: str, conformance: bool = True) -> dict:
 
 
 def round_trips(directory: str) -> dict[str, int]:
-    """docker exec calls per node made by the suite (``k3lab.launchers.endpoints.NodeHost`` counts them)."""
+    """docker exec calls per node made by the suite (``k3lab.launch.endpoints.NodeHost`` counts them)."""
     counts: dict[str, int] = {}
     for f in Path(directory).iterdir():
         node = f.name.rsplit(".", 1)[0]
@@ -186,7 +186,7 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
 
     if os.geteuid() != 0 or not shutil.which("nsenter"):
         return {"skipped": "needs root and nsenter (k3lab labemu)"}
-    from k3lab.launchers import labemu
+    from k3lab.launch import labemu
 
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -260,7 +260,7 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
 
     import yaml
 
-    from k3lab.launchers import labemu
+    from k3lab.launch import labemu
 
     result: dict = {"load_s": FAIL_FAST_LOAD_S, "hccs_ping_s": FAIL_FAST_HCCS_PING_S, "target_s": 60}
     model_dir = Path(__import__("k3lab.tools.faults", fromlist=["rendered"]).rendered(scenario).plan.expect.model_path).name

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 from k3lab import formats, settings
-from k3lab.conformance import toolparse
+from k3lab.conform import toolparse
 from k3lab.errors import ChecksFailed, EnvError
-from k3lab.launchers import suite
+from k3lab.launch import suite
 from k3lab.model import checks, runs, siminventory, targetkinds
 from k3lab.model.inventory import Inventory
 from k3lab.model.plan import Process, Topology
@@ -805,7 +805,7 @@ def _stage_findings_alone(scenario: str, inventory: Path, stage: Callable) -> se
     """One stage, ``stage(plan, pool, run_id)``, alone against a lab inventory: ``CHECK[node]`` per finding."""
     import uuid
 
-    from k3lab.launchers.endpoints import ClientPool, SshOptions
+    from k3lab.launch.endpoints import ClientPool, SshOptions
     from k3lab.model.select import load_inventory
 
     inv, name = load_inventory(scenario, str(inventory))
@@ -820,14 +820,14 @@ def _stage_findings_alone(scenario: str, inventory: Path, stage: Callable) -> se
 
 def host_findings(scenario: str, inventory: Path) -> set[str]:
     """The host stage alone against a lab inventory."""
-    from k3lab.launchers import hoststage
+    from k3lab.launch import hoststage
 
     return _stage_findings_alone(scenario, inventory, hoststage.run)
 
 
 def lab_findings(scenario: str, inventory: Path) -> set[str]:
     """The lab preflight alone against a lab inventory."""
-    from k3lab.launchers import labpreflight
+    from k3lab.launch import labpreflight
 
     return _stage_findings_alone(scenario, inventory, labpreflight.run)
 
@@ -835,7 +835,7 @@ def lab_findings(scenario: str, inventory: Path) -> set[str]:
 def hardware_findings(scenario: str, inventory: Path) -> dict[str, str]:
     """The hardware stage's failing checks (check key -> message) on the lab ``inventory`` describes:
     ``up --stages-only`` (host stage, containers, hardware stage, teardown; no engine starts)."""
-    from k3lab.launchers import hwstage, lifecycle
+    from k3lab.launch import hwstage, lifecycle
 
     try:
         lifecycle.up(scenario, str(inventory), {}, "lab", stages_only=True)
@@ -870,7 +870,7 @@ def _healthy_lab(faults: list[Fault], scenario: str, inv: Path) -> set[str]:
 def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
     """The host faults among ``faults`` on the emulated lab (root): one ``labemu up`` per scenario, a healthy baseline, each fault
     broken on its host and repaired after its row; the lab always comes down."""
-    from k3lab.launchers import labemu
+    from k3lab.launch import labemu
 
     faults = [f for f in faults if f.kind == "host"]
     if not faults:
@@ -900,7 +900,7 @@ def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
 
 def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
     """Faults injected into a running deployment; every deployment is down when this returns or raises."""
-    from k3lab.launchers import lifecycle
+    from k3lab.launch import lifecycle
 
     running: dict[str, lifecycle.Run] = {}
     baselined: set[str] = set()
@@ -932,7 +932,7 @@ def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
 def _fresh_run(f: Fault, running: dict, baselined: set[str], add: Callable[[dict], None]):
     """A new deployment of ``f.scenario`` (any other one down first), with one healthy baseline per
     scenario to show 0 false positives; None when it did not come up (its row says why)."""
-    from k3lab.launchers import lifecycle
+    from k3lab.launch import lifecycle
 
     for other in list(running):  # one run at a time: up refuses while another run is up
         lifecycle.down(running.pop(other))
@@ -957,7 +957,7 @@ def _run_start_fault(f: Fault) -> set[str]:
 
 
 def _start_fault(f: Fault) -> set[str]:
-    from k3lab.launchers import lifecycle
+    from k3lab.launch import lifecycle
 
     try:
         run = lifecycle.up(f.scenario, None, {}, "sim", sim_faults=f.at_start)

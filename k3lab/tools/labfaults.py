@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from k3lab import settings
-from k3lab.launchers.backends import LABEL
-from k3lab.launchers.labemu import Host
+from k3lab.launch.backends import LABEL
+from k3lab.launch.labemu import Host
 
 # the step's own limit + at most 2 minutes, as the issue asks; teardown's own limit is $K3LAB_TEARDOWN_DEADLINE
 SLACK_S = 120.0
@@ -67,7 +67,7 @@ def _kit(*argv: str, timeout: float) -> tuple[int, str, float]:
 
 def _left_on(hosts: list, run_id: str) -> list[str]:
     """``host: container`` for every container of the run still on these emulated engines (their own sockets)."""
-    from k3lab.launchers.endpoints import docker_client
+    from k3lab.launch.endpoints import docker_client
 
     left = []
     for h in hosts:
@@ -122,7 +122,7 @@ def _engine_hung(row: _Row, run, hosts: list, inventory: str) -> None:
 
 
 def _sshd_down(row: _Row, run, hosts: list, inventory: str) -> None:
-    from k3lab.launchers import labemu
+    from k3lab.launch import labemu
 
     h = row.target.host
     labemu.stop_sshd(h)
@@ -135,7 +135,7 @@ def _sshd_down(row: _Row, run, hosts: list, inventory: str) -> None:
 
 
 def _unreachable(row: _Row, run, hosts: list, inventory: str) -> None:
-    from k3lab.launchers import labemu, lifecycle
+    from k3lab.launch import labemu, lifecycle
 
     h = row.target.host
     labemu.link(h, up=False)
@@ -163,7 +163,7 @@ BREAK: dict[str, Callable] = {"engine-hung": _engine_hung, "sshd-down": _sshd_do
 
 def run_rows(faults: list) -> list[tuple[Any, set[str], dict]]:
     """Every lab row on one emulated lab, brought up here and always removed after."""
-    from k3lab.launchers import labemu
+    from k3lab.launch import labemu
 
     if os.geteuid() != 0:
         return [(f, {"skipped: needs root (k3lab labemu)"}, {"verdict": "skipped"}) for f in faults]
@@ -180,7 +180,7 @@ def run_rows(faults: list) -> list[tuple[Any, set[str], dict]]:
 
 def run_row(fault) -> tuple[set[str], dict]:
     """One lab row: (observed tokens, details with the wall time of each step)."""
-    from k3lab.launchers import labemu, lifecycle
+    from k3lab.launch import labemu, lifecycle
 
     inventory = str(INVENTORY.resolve())
     emulated = labemu.hosts()

@@ -31,7 +31,7 @@ from typing import Any
 
 from k3lab import __version__, formats, settings
 from k3lab.errors import UsageError
-from k3lab.launchers.sim import neighbours
+from k3lab.launch.simimage import neighbours
 from k3lab.model import catalog, runs, siminventory, targetkinds
 from k3lab.model.accept import AcceptedFinding
 from k3lab.model.policy import Policy
@@ -259,8 +259,8 @@ def _verdict(policy: Policy, sid: str, static: list[dict[str, Any]], cycle: dict
 def _build_images(scenarios: list[str]) -> None:
     """Every sim image the cycles need, built once up front: two cycles importing the same tag at
     once would each make an image, and their nodes would record different image ids."""
-    from k3lab.launchers.endpoints import local_client
-    from k3lab.launchers.sim import image, vllm_ascend
+    from k3lab.launch.endpoints import local_client
+    from k3lab.launch.simimage import image, vllm_ascend
 
     client = local_client(timeout=120)
     for version in sorted({vllm_ascend.version_for(catalog.SCENARIOS[s].seed) for s in scenarios}):
@@ -269,7 +269,7 @@ def _build_images(scenarios: list[str]) -> None:
 
 def _sim_slots(scenarios: list[str], jobs: int, explicit: bool) -> tuple[int, list[str]]:
     """Slots for the sim, and host warnings. The largest ``jobs`` topologies run at once, and the
-    kernel's one ARP table must hold their device networks (:mod:`k3lab.launchers.sim.neighbours`):
+    kernel's one ARP table must hold their device networks (:mod:`k3lab.launch.simimage.neighbours`):
     by default the slots shrink until it does; an explicit ``--jobs`` is kept, with a warning."""
     plans = sorted((render.build(s, siminventory.default(s), {}, "sim").plan for s in scenarios),
                    key=neighbours.entries, reverse=True)

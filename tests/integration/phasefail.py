@@ -1,7 +1,7 @@
 """Run the k3lab CLI with one phase of its pipeline made to fail: the failure-path matrix's driver.
 
 ``python -m tests.integration.phasefail PHASE MODE -- k3lab-args...`` runs ``k3lab`` in this process
-after wrapping :meth:`k3lab.launchers.pipeline.Pipeline.run`: when the phase named PHASE has done its
+after wrapping :meth:`k3lab.launch.pipeline.Pipeline.run`: when the phase named PHASE has done its
 work (so whatever it creates exists), MODE happens, as it would on a real run:
 
 * ``exception``: an unexpected error (RuntimeError) escapes the phase;
@@ -17,11 +17,11 @@ import signal
 import sys
 import time
 
-from k3lab.launchers import pipeline
+from k3lab.launch import pipeline
 
 
 def _fail(phase_name: str, mode: str):
-    from k3lab.launchers.lifecycle import GateFailed
+    from k3lab.launch.lifecycle import GateFailed
 
     def after(phase):
         def fn():

@@ -20,7 +20,7 @@ import docker
 import pytest
 import yaml
 
-from k3lab.launchers import labemu
+from k3lab.launch import labemu
 from tests.integration.conftest import require
 
 pytestmark = [pytest.mark.xdist_group(name="docker"), pytest.mark.sim]
@@ -95,7 +95,7 @@ def test_an_ssh_endpoint_stays_within_sshds_default_session_limit(lab):
     """The emulated hosts run sshd with its defaults (MaxSessions 10 channels per connection), as a lab
     node does; docker-py keeps a pool, hence an open channel, per request URL: many distinct URLs over
     one connection must not run out of sessions (docker-py#2246)."""
-    from k3lab.launchers.endpoints import SshOptions, docker_client
+    from k3lab.launch.endpoints import SshOptions, docker_client
 
     inv = yaml.safe_load(lab["inventory"].read_text())
     assert not [h for h in lab["hosts"] if "MaxSessions" in (h.root / "etc/ssh/k3emu_sshd_config").read_text()]

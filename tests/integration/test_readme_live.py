@@ -23,7 +23,7 @@ RUN = {
 ELSEWHERE = {
     "k3lab cycle a3_pd_1m -i lab.yaml": "tests/integration/test_labemu.py (emulated lab, root); nox -s lab_a3_pd_1m",
     "K3LAB_API_KEY=... k3lab cycle a3_pd_1m -i lab.yaml": "tests/integration/test_labemu.py; the API-key fault rows",
-    "k3lab cycle a3_pd_1m -i lab.yaml --pull missing": "tests/unit/test_labpreflight.py (pull policy); labemu",
+    "k3lab cycle a3_pd_1m -i lab.yaml --pull missing": "tests/unit/launch/test_labpreflight.py (pull policy); labemu",
     "k3lab check a3_pd_1m -i lab.yaml [-- PYTEST ARGS]": "tests/integration/test_lifecycle.py (attach mode)",
     "k3lab labemu up --scenario a3_pd_1m --out lab.yaml": "tests/integration/test_labemu.py; nox -s lab_a3_pd_1m",
     "k3lab labemu status": "tests/integration/test_labemu.py",
@@ -36,7 +36,7 @@ ELSEWHERE = {
     "k3lab release": "nox -s release",
     "k3lab release --target lab -i a3_pd_1m=lab.yaml -s a3_pd_1m --policy lab-policy.yaml": "a hardware lab",
     "k3lab cycle k3_a3_mixed -- --kvv --kvv-toolkit fixtures/kvvkit --kvv-python VENV/bin/python -k kvv":
-        "tests/unit/test_kvv_module.py (offline); needs an inspect-ai venv",
+        "tests/unit/render/test_kvv_module.py (offline); needs an inspect-ai venv",
 }
 DOCKER = [c for c in ALL if needs_docker(_argv(c))]
 

@@ -92,9 +92,9 @@ def test_lab_backend_over_ssh(sshd, tmp_path, runs_dir, clean_engine, monkeypatc
     container spec drops those three and mounts the host's programs instead; everything else
     (endpoint per node, host network, shm, labels, staging, exec, teardown by label) is the lab path.
     """
-    from k3lab.launchers.scope import RunScope
-    from k3lab.launchers.sim import image
-    from k3lab.launchers.targets.lab import LabTarget
+    from k3lab.launch.scope import RunScope
+    from k3lab.launch.simimage import image
+    from k3lab.launch.targets.lab import LabTarget
     from k3lab.model import inventory
     from k3lab.model.plan import Mount
     from k3lab.render import artefacts as render

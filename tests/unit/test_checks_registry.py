@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from k3lab import formats, paths
-from k3lab.conformance import plugin
+from k3lab.conform import plugin
 from k3lab.model import checks
 from k3lab.preflight import registry
 from k3lab.tools import checklist
@@ -70,7 +70,7 @@ def test_the_registry_reads_the_suite_as_the_plugin_does():
 
 
 def test_the_hardware_stage_is_the_suites_npu_file():
-    from k3lab.launchers import suite as runner
+    from k3lab.launch import suite as runner
 
     assert checks.HARDWARE_MODULE == runner.HARDWARE
     assert {c.source.split("::")[0] for c in EVERY if c.stage == "hardware"} == {f"conformance/{runner.HARDWARE}"}
@@ -126,7 +126,7 @@ def test_every_na_reason_and_legacy_pattern():
 
 NA_SUITE = '''
 import pytest
-from k3lab.conformance.plugin import skip
+from k3lab.conform.plugin import skip
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_a_typed_skip_lands_in_the_results_as_na_reason(pytester, monkeypatch, w
     monkeypatch.delenv("K3LAB_RUN_DIR", raising=False)
     pytester.makepyfile(test_na=NA_SUITE)
     run_dir = pytester.mkdir("run")
-    result = pytester.runpytest_subprocess(f"--run-dir={run_dir}", "-p", "k3lab.conformance.plugin",
+    result = pytester.runpytest_subprocess(f"--run-dir={run_dir}", "-p", "k3lab.conform.plugin",
                                            "-p", "no:cacheprovider", "-rs", *workers)
     result.assert_outcomes(skipped=4)
     if not workers:

@@ -83,7 +83,7 @@ def test_every_runtime_dependency_is_used():
 def test_the_sim_extra_is_what_the_image_needs_beyond_the_kit():
     """The real vllm-ascend proxy runs in the sim image on the kit's interpreter; its own imports
     (fastapi, uvicorn) are the ``sim`` extra, checked before an image is built."""
-    from k3lab.launchers.sim import image
+    from k3lab.launch.simimage import image
 
     sim = _names(_project()["optional-dependencies"]["sim"])
     assert sim == {_norm(n) for n in image.SIM_EXTRA}
@@ -96,7 +96,7 @@ def test_a_missing_sim_extra_is_an_environment_error(monkeypatch):
     import pytest
 
     from k3lab.errors import EnvError
-    from k3lab.launchers.sim import image
+    from k3lab.launch.simimage import image
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))

@@ -8,7 +8,7 @@ import pytest
 
 from k3lab import errors
 from k3lab.cli import main as cli
-from k3lab.launchers import lifecycle
+from k3lab.launch import lifecycle
 from k3lab.model.plan import Gate
 from k3lab.preflight import checks as preflight
 
@@ -26,7 +26,7 @@ def _raises_system_exit(path: Path) -> list[int]:
 
 
 def test_no_system_exit_below_the_cli():
-    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "k3lab" / "launchers").glob("*.py"))
+    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "k3lab" / "launch").glob("*.py"))
              if p.name != "cli.py" and (lines := _raises_system_exit(p))}
     assert found == {}
 
@@ -64,13 +64,13 @@ def test_gate_failed_carries_stage_node_process_and_log_tail(monkeypatch):
 
 
 def test_check_helpers_hide_their_frame(tmp_path):
-    """A failed check's traceback ends at the check's own line, not inside k3lab.conformance.evidence."""
+    """A failed check's traceback ends at the check's own line, not inside k3lab.conform.evidence."""
     import os
     import subprocess
     import sys
 
     (tmp_path / "test_helper.py").write_text(
-        "from k3lab.conformance import evidence\n\n"
+        "from k3lab.conform import evidence\n\n"
         "def test_ports():\n"
         "    evidence.check(False, 'port 8000 listens', 'listening', 'closed', 'node0')\n")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # collects and nothing imports; it stands in the conformance layer)
 PACKAGES = {"k3lab": "k3lab", "conformance": "conformance"}
 # bottom to top: a module may import its own layer and the layers below it, never one above
-LAYERS = ["k3lab.settings", "k3lab.errors", "k3lab.paths", "k3lab.outputs", "k3lab.formats", "k3lab.waits", "k3lab.model", "k3lab.render", "k3lab.preflight", "k3lab.launchers",
-          "k3lab.conformance", "k3lab.diagnosis", "k3lab.reports", "k3lab.tools", "k3lab.cli"]
+LAYERS = ["k3lab.settings", "k3lab.errors", "k3lab.paths", "k3lab.outputs", "k3lab.formats", "k3lab.waits", "k3lab.model", "k3lab.render", "k3lab.preflight", "k3lab.launch",
+          "k3lab.conform", "k3lab.diagnosis", "k3lab.reports", "k3lab.tools", "k3lab.cli"]
 
 
 def _modules() -> dict[str, Path]:
@@ -33,8 +33,8 @@ def _modules() -> dict[str, Path]:
 
 def layer(module: str) -> int:
     """Index in LAYERS of the layer ``module`` belongs to (k3lab itself, the package root, is -1)."""
-    if module.startswith("conformance."):  # the suite: the conformance layer
-        module = "k3lab." + module
+    if module.startswith("conformance."):  # the suite: the conformance layer, beside its library k3lab.conform
+        module = "k3lab.conform." + module
     for i, name in reversed(list(enumerate(LAYERS))):
         if module == name or module.startswith(name + "."):
             return i
@@ -108,8 +108,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_is_read():
     graph = _graph()
-    assert {"k3lab.cli.main", "k3lab.launchers.lifecycle", "k3lab.cli.commands", "k3lab.conformance.plugin"} <= set(graph)
-    assert "k3lab.launchers.lifecycle" in graph["k3lab.cli.commands"]
+    assert {"k3lab.cli.main", "k3lab.launch.lifecycle", "k3lab.cli.commands", "k3lab.conform.plugin"} <= set(graph)
+    assert "k3lab.launch.lifecycle" in graph["k3lab.cli.commands"]
     assert "k3lab.cli.commands" in graph["k3lab.cli.main"]  # through lazy(...)
 
 

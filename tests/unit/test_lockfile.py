@@ -17,8 +17,8 @@ LOCK = {canonicalize_name(name): version for name, version in
         re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements" / "ci.lock").read_text(), re.M)}
 EXTRAS = ("sim", "test", "docs")
 # dependency -> the module that reaches into its internals (what its upper bound protects)
-PRIVATE = {"docker": "k3lab/launchers/endpoints.py", "paramiko": "k3lab/launchers/endpoints.py",
-           "pytest-testinfra": "k3lab/launchers/hoststage.py", "syrupy": "tests/golden_ext.py"}
+PRIVATE = {"docker": "k3lab/launch/endpoints.py", "paramiko": "k3lab/launch/endpoints.py",
+           "pytest-testinfra": "k3lab/launch/hoststage.py", "syrupy": "tests/golden_ext.py"}
 
 
 def _requirements() -> list[Requirement]:

@@ -1,2 +1,0 @@
-"""The conformance suite (``k3lab.conformance``): a pytest plugin (``plugin.py``, registered through the
-``pytest11`` entry point) and the checks run against a live deployment (``test_*.py``)."""

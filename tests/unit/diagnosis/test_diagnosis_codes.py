@@ -1,0 +1,48 @@
+"""Error-code knowledge (#32 item 2): every code sourced, decoded where the Ascend stack prints it, and shown
+with the first error of a log no catalogued cause explains."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from k3lab.cli.main import main
+from k3lab.diagnosis import codes
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
+
+
+def test_every_code_has_a_meaning_and_a_public_source():
+    table = codes.load().codes
+    assert len(table) >= 90
+    for code, c in table.items():
+        assert c.source.startswith("https://"), code
+        assert code.isdigit() == c.name.startswith("ACL_ERROR_RT_"), code  # ACL numbers carry the header's name
+
+
+# each line verbatim from the corpus excerpt named (tests/fixtures/triage_corpus/corpus.yaml gives the thread)
+@pytest.mark.parametrize("excerpt, want", [
+    ("heldout/aicore-timeout--vllm-ascend-4972.log", ["ERR02005", "507014", "ERR00100", "EH9999"]),
+    ("dev/visible-devices--gpustack-3352.log", ["207004", "ERR00100", "EE1001"]),
+    ("dev/hccl-transport-init--vllm-ascend-3162.log", ["EI0009"]),
+    ("dev/unknown--vllm-ascend-2712.log", ["ERR02200"]),
+])
+def test_codes_are_found_where_the_stack_prints_them(excerpt, want):
+    found = [code for line in (CORPUS / excerpt).read_text().splitlines() for code, _ in codes.decode(line)]
+    assert list(dict.fromkeys(found)) == want
+
+
+def test_a_number_that_is_no_error_code_is_not_decoded():
+    # vllm-project/vllm-ascend#3843 (a healthy INFO line): 65452113920 bytes is no code
+    assert codes.decode("(Worker_TP2 pid=554) INFO 10-28 21:14:48 [worker_v1.py:259] Available memory: 0, "
+                        "total memory: 65452113920") == []
+
+
+def test_the_first_error_of_an_unexplained_log_is_decoded(tmp_path, capsys):
+    (tmp_path / "n0").mkdir()
+    shutil.copy(CORPUS / "dev" / "unknown--pytorch-66.log", tmp_path / "n0" / "engine.log")
+    assert main(["triage", str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    i = next(i for i, line in enumerate(out) if "first error, cause unknown: n0/engine.log:1: RuntimeError" in line)
+    assert out[i + 1] == "    code 507035 ACL_ERROR_RT_VECTOR_CORE_EXCEPTION: vector core exception"

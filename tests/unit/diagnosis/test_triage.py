@@ -1,0 +1,125 @@
+"""``k3lab triage DIR``: a run directory or a hand-collected log folder; exit 0 none, 1 a diagnosis, 2 bad input."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from k3lab.cli.main import main
+
+LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "failure_logs"
+
+
+def _hand(tmp_path: Path) -> Path:
+    for node, src in (("node-a", "hccl-link-timeout/1.log"), ("node-b", "npu-oom/1.log")):
+        (tmp_path / node).mkdir(parents=True)
+        shutil.copy(LOGS / src, tmp_path / node / "engine.log")
+    return tmp_path
+
+
+def test_hand_collected_folder_names_cause_node_remedy(tmp_path, capsys):
+    assert main(["triage", str(_hand(tmp_path))]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("cause: npu-oom on node-b: NPU out of memory")
+    assert "evidence: node-b/engine.log:1: RuntimeError: NPU out of memory" in out
+    assert "remedy: Lower --gpu-memory-utilization" in out and "source: https://" in out
+    assert "also (2): hccl-link-timeout on node-a" in out
+
+
+def test_json_output(tmp_path, capsys):
+    assert main(["triage", "--json", str(_hand(tmp_path))]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "logs" and doc["findings"][0]["id"] == "npu-oom" and doc["findings"][0]["node"] == "node-b"
+    assert doc["verdict"] == "cause" and doc["findings"][0]["confidence"] == "high"
+    assert doc["findings"][1]["id"] == "hccl-link-timeout" and doc["findings"][1]["confidence"] == "medium"
+    assert {"node": "node-b", "file": "node-b/engine.log", "bytes": (LOGS / "npu-oom/1.log").stat().st_size} in doc["looked"]
+
+
+def test_nothing_found_says_where_it_looked(tmp_path, capsys):
+    shutil.copytree(LOGS / "healthy", tmp_path / "n0")
+    assert main(["triage", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "no known cause matched in 4 file(s)" not in out  # sources.yaml is not a log
+    assert "no known cause matched in 3 file(s) on 1 node folder(s)" in out and "n0/1.log" in out
+    assert "first error" not in out and "skipped: n0/sources.yaml (not a log: .yaml)" in out
+    assert main(["triage", "--json", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "clean"
+
+
+@pytest.mark.parametrize("arg, msg", [("missing", "no such directory"), ("file", "not a directory")])
+def test_bad_input_exit_2_without_traceback(tmp_path, capsys, arg, msg):
+    (tmp_path / "file").write_text("x")
+    assert main(["triage", str(tmp_path / arg)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("make, msg", [
+    (lambda d: (d / "n0").mkdir(), "no readable log (no file in it)"),  # a mistyped or empty folder
+    (lambda d: (d / "n0").mkdir() or (d / "n0" / "config.yaml").write_text("a: 1"),
+     "skipped 1 file(s): n0/config.yaml (not a log: .yaml)"),
+    (lambda d: (d / "core.1").write_bytes(bytes(range(32)) * 200), "core.1 (not a log: binary)"),
+    (lambda d: (d / "engine.log.gz").write_bytes(b"not gzip at all"), "engine.log.gz (unreadable: "),
+])
+def test_no_readable_log_is_bad_input(tmp_path, capsys, make, msg):
+    make(tmp_path)
+    assert main(["triage", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_gzip_log_is_read_and_skipped_files_are_listed(tmp_path, capsys):
+    (tmp_path / "n0").mkdir()
+    (tmp_path / "n0" / "engine.log.1.gz").write_bytes(gzip.compress((LOGS / "npu-oom/1.log").read_bytes()))
+    (tmp_path / "n0" / "env.yaml").write_text("a: 1")
+    (tmp_path / "n0" / "core.7").write_bytes(bytes(range(32)) * 200)
+    assert main(["triage", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("cause: npu-oom on n0") and "n0/engine.log.1.gz:1: RuntimeError: NPU out of memory" in out
+    assert "skipped: n0/core.7 (not a log: binary), n0/env.yaml (not a log: .yaml)" in out
+    assert main(["triage", "--json", str(tmp_path)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["skipped"] == ["n0/core.7 (not a log: binary)", "n0/env.yaml (not a log: .yaml)"]
+
+
+def test_error_no_cause_explains_gives_the_first_error_and_exit_1(tmp_path, capsys):
+    (tmp_path / "n0").mkdir()
+    shutil.copy(LOGS / "healthy" / "2.log", tmp_path / "n0" / "a.log")
+    # a made-up test line, not a real log: an error no cause of the catalogue explains
+    (tmp_path / "n0" / "b.log").write_text("ERROR 11-27 10:01:02 [core.py:708] ValueError: something new\n")
+    assert main(["triage", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "no known cause matched" in out
+    assert "first error, cause unknown: n0/b.log:1: ERROR 11-27 10:01:02 [core.py:708] ValueError: something new" in out
+    assert main(["triage", "--json", str(tmp_path)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "first-error" and doc["findings"] == [] and doc["first_errors"][0]["file"] == "n0/b.log"
+
+
+def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monkeypatch):
+    from k3lab.cli import commands
+    from k3lab.launch.lifecycle import GateFailed
+
+    run = tmp_path / "runs" / "r1"
+    (run / "evidence" / "d3").mkdir(parents=True)
+    (run / "run-state.json").write_text(json.dumps({"run": "r1", "status": "failed", "scenario": "a3_pd"}))
+    (run / "plan.json").write_text(json.dumps({"scenario": "a3_pd", "nodes": [{"name": "p0"}, {"name": "d3"}]}))
+    shutil.copy(LOGS / "npu-oom" / "2.log", run / "evidence" / "d3" / "engine.log")
+
+    def failing_up(*a, **kw):
+        exc = GateFailed("stage workers: w_d3 on d3 exited before port d3:8000 opens", "workers", "d3", "w_d3")
+        exc.record(run)
+        raise exc
+
+    monkeypatch.setattr(commands, "up", failing_up)
+    assert main(["up", "a3_pd"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    err = err[next(i for i, line in enumerate(err) if line.startswith("k3lab: stage workers")):]  # after the log lines
+    assert err[0].startswith("k3lab: stage workers: w_d3 on d3 exited")
+    assert err[1] == "diagnosis of r1: gate workers failed on d3"
+    assert err[2] == "cause: npu-oom on d3: NPU out of memory (HBM) [torch_npu]"
+    assert any(line.startswith("  remedy: Lower --gpu-memory-utilization") for line in err[3:])
+    assert (run / "summary.md").is_file() and "npu-oom" in (run / "summary.md").read_text()

@@ -1,0 +1,116 @@
+"""Triage on real logs it was not written from (#32): tests/fixtures/triage_corpus.
+
+Every excerpt there is verbatim from the public thread corpus.yaml names, labelled with the cause the thread
+states, "unknown" (a cause the catalogue does not hold) or "healthy". The split is fixed by the thread
+(sha1(url) % 5 == 0 is held out) so nobody can move a hard case out of the held-out part; signatures are
+written from dev/ only. A case is right when the top cause is the stated one; an unknown log is right when
+no cause is named and the first error is shown; a healthy log is right when nothing is flagged. A wrong
+cause named with confidence (a root cause, not a symptom such as "an engine died, see the lines before it",
+on an unknown or healthy log or instead of the stated cause) is the worst outcome and is counted apart.
+
+``python tests/unit/diagnosis/test_triage_corpus.py`` prints the per-cause table and the misses of both parts.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k3lab.diagnosis import catalogue
+from k3lab.diagnosis.engine import diagnose
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
+INDEX: dict[str, dict[str, str]] = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
+
+
+@dataclass
+class Outcome:
+    name: str
+    want: str
+    got: str  # the top cause id, "first-error" (no cause, an error line shown) or "nothing"
+    tier: str = ""  # the top cause's tier: "cause" (high confidence) or "symptom"
+
+    @property
+    def right(self) -> bool:
+        if self.want == "healthy":
+            return self.got == "nothing"
+        if self.want == "unknown":
+            return self.got == "first-error"
+        return self.got == self.want
+
+    @property
+    def confident_wrong(self) -> bool:
+        """A root cause named that is not the one: worse than saying "no known cause"."""
+        return not self.right and self.tier == "cause"
+
+
+def _triage(path: Path) -> tuple[str, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        node = Path(tmp) / "n0"
+        node.mkdir()
+        shutil.copy(path, node / "engine.log")
+        d = diagnose(tmp)
+    if d.top:
+        return d.top.cause.id, d.top.cause.tier
+    return ("first-error" if d.first_errors else "nothing"), ""
+
+
+def score(split: str) -> list[Outcome]:
+    return [Outcome(name, meta["cause"], *_triage(CORPUS / name))
+            for name, meta in sorted(INDEX.items()) if name.startswith(f"{split}/")]
+
+
+def _failures(outcomes: list[Outcome]) -> list[Outcome]:
+    return [o for o in outcomes if o.want not in ("healthy", "unknown")]
+
+
+def table(split: str, outcomes: list[Outcome]) -> list[str]:
+    by: dict[str, list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        by[o.want].append(o)
+    fails = _failures(outcomes)
+    lines = [f"{split}: {len(outcomes)} excerpts, {len({INDEX[o.name]['url'] for o in outcomes})} threads; "
+             f"top-1 on stated causes {sum(o.right for o in fails)}/{len(fails)}; "
+             f"all right {sum(o.right for o in outcomes)}/{len(outcomes)}; "
+             f"confident wrong {sum(o.confident_wrong for o in outcomes)}, "
+             f"a symptom instead {sum(not o.right and o.tier == 'symptom' for o in outcomes)}"]
+    lines += [f"  {cause:28} {sum(o.right for o in rows)}/{len(rows)}" for cause, rows in sorted(by.items())]
+    lines += [f"  miss {o.name}: got {o.got}{' (symptom)' if o.tier == 'symptom' else ''}"
+              for o in outcomes if not o.right]
+    return lines
+
+
+def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
+    ids = set(catalogue.load().ids) | {"unknown", "healthy"}
+    files = {p.relative_to(CORPUS).as_posix() for p in CORPUS.glob("*/*.log")}
+    assert files == set(INDEX), "corpus.yaml and the files differ"
+    for name, meta in INDEX.items():
+        assert meta["url"].startswith("https://"), name
+        assert meta["cause"] in ids, f"{name}: {meta['cause']} is no catalogue cause"
+        held = int(hashlib.sha1(meta["url"].encode()).hexdigest(), 16) % 5 == 0
+        assert name.startswith("heldout/" if held else "dev/"), f"{name}: its thread belongs to the other split"
+    assert len(INDEX) >= 50 and len({m["url"] for m in INDEX.values()}) >= 40
+
+
+# floors a little under what was measured (dev 65/67: vllm-ascend#5468's driver mismatch shows only as an
+# INFO watchdog line, vllm#2418's excerpt stops before its message; held-out 18/25): a regression fails
+@pytest.mark.parametrize("split, top1", [("dev", 0.95), ("heldout", 0.7)])
+def test_accuracy_on_real_logs(split, top1):
+    outcomes = score(split)
+    report = "\n".join(table(split, outcomes))
+    fails = _failures(outcomes)
+    assert sum(o.right for o in fails) >= top1 * len(fails), report
+    assert not [o for o in outcomes if o.want in ("healthy", "unknown") and not o.right], report
+    assert not [o for o in outcomes if o.confident_wrong], report
+
+
+if __name__ == "__main__":
+    for part in sys.argv[1:] or ["dev", "heldout"]:
+        print("\n".join(table(part, score(part))))

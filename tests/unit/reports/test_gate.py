@@ -1,0 +1,139 @@
+"""Verdicts under the gate policy, on a real sim run's results (fixtures/release/run-k3_a3_mixed)."""
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from k3lab.model import policy
+from k3lab.reports import gate, releasereport
+
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "release" / "run-k3_a3_mixed"
+EFF = policy.load().for_scenario("k3_a3_mixed")
+NPU = "conformance/test_npu.py::test_npu_smi_devices_healthy[node1]"
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(FIX, dst)
+    return dst
+
+
+def _edit(run: Path, nodeid: str, **row) -> None:
+    path = run / "conformance-results.json"
+    doc = json.loads(path.read_text())
+    hit = [t for t in doc["tests"] if t["nodeid"] == nodeid]
+    assert hit, nodeid
+    hit[0].update(row)
+    path.write_text(json.dumps(doc))
+
+
+def test_healthy_run_passes_with_versions_and_deviations():
+    v = gate.evaluate_run(EFF, FIX)
+    assert v.verdict == "PASS", v.reasons
+    areas = v.areas()
+    assert areas["versions"] == "pass" and areas["deviations"] == "pass" and areas["npu"] == "pass"
+    assert areas["perf"] == "warn"  # opt-in, not requested: non-blocking
+    assert v.versions["vllm_ascend"] == "0.23.0"
+
+
+def test_a_failed_blocking_check_fails_and_names_scenario_and_check(run):
+    _edit(run, NPU, outcome="failed", message="node1: device 3 health Alarm")
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "FAIL"
+    assert v.reasons == [f"k3_a3_mixed: {NPU}: node1: device 3 health Alarm"]
+
+
+def test_a_skipped_blocking_check_is_incomplete_not_pass(run):
+    _edit(run, NPU, outcome="skipped", message="npu-smi timed out")
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "INCOMPLETE"
+    assert "skipped, not a listed not-applicable reason: npu-smi timed out" in v.reasons[0]
+
+
+def test_a_not_applicable_skip_still_passes(run):
+    _edit(run, "conformance/test_service.py::test_api_key_enforced[node0:8000]",
+          outcome="skipped", message="no API key configured (K3LAB_API_KEY): every API is open, as the guides warn")
+    assert gate.evaluate_run(EFF, run).verdict == "PASS"
+
+
+def test_an_errored_blocking_check_is_never_a_pass(run):
+    _edit(run, NPU, outcome="error", message="fixture 'hosts' failed: docker exec timed out",
+          properties={"kind": "kit", "conformance.id": "npu.test_npu_smi_devices_healthy",
+                      "conformance.must": "npu-smi info MUST list ..."})
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "INCOMPLETE" and "errored" in v.reasons[0]
+
+
+def test_an_environment_failure_is_incomplete(run):
+    _edit(run, NPU, outcome="failed", message="no npu-smi",
+          properties={"kind": "environment", "conformance.id": "npu.test_npu_smi_devices_healthy",
+                      "conformance.must": "MUST"})
+    assert gate.evaluate_run(EFF, run).verdict == "INCOMPLETE"
+
+
+def test_a_warning_check_failing_does_not_fail(run):
+    eff = policy.Effective.merge("k3_a3_mixed", policy.load().defaults, policy.ScenarioPolicy(checks={"npu.*": "warn"}))
+    _edit(run, NPU, outcome="failed", message="Alarm")
+    v = gate.evaluate_run(eff, run)
+    assert v.verdict == "PASS" and v.areas()["npu"] == "warn"
+
+
+def test_wrong_guide_version_fails_and_missing_versions_are_incomplete(run):
+    doc = json.loads((run / "versions.json").read_text())
+    doc["summary"]["vllm_ascend"] = "0.30.0"
+    (run / "versions.json").write_text(json.dumps(doc))
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "FAIL" and "vllm_ascend is 0.30.0, the policy expects 0.23.0" in v.reasons[0]
+    (run / "versions.json").unlink()
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "INCOMPLETE" and "no versions.json" in v.reasons[0]
+
+
+def test_an_unaccepted_deviation_fails(run):
+    plan = json.loads((run / "plan.json").read_text())
+    plan["deviations"].append({"id": "new-thing", "scope": "seed", "what": "a new flag", "why": "?"})
+    (run / "plan.json").write_text(json.dumps(plan))
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "FAIL" and "deviation new-thing is not accepted" in v.reasons[0]
+
+
+@pytest.mark.parametrize("status, verdict", [("failed", "FAIL"), ("up", "INCOMPLETE")])
+def test_no_results(run, status, verdict):
+    (run / "conformance-results.json").unlink()
+    (run / "run-state.json").write_text(json.dumps({"run": "x", "status": status}))
+    v = gate.evaluate_run(EFF, run, cycle_note="stage workers: p0 exited")
+    assert v.verdict == verdict and "stage workers: p0 exited" in v.reasons[0]
+
+
+def test_overall():
+    v = lambda x: gate.Verdict("s", x, [], [])  # noqa: E731
+    assert gate.overall([v("PASS"), v("INCOMPLETE"), v("FAIL")]) == "FAIL"
+    assert gate.overall([v("PASS"), v("INCOMPLETE")]) == "INCOMPLETE"
+    assert gate.overall([v("PASS")]) == "PASS" and gate.overall([]) == "INCOMPLETE"
+
+
+HOSTILE = "<script>alert(1)</script>|*x*"
+
+
+def test_release_report_escapes_and_junit_parses(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("K3LAB_API_KEY", "sk-SECRET")
+    _edit(run, NPU, outcome="failed", message=f"{HOSTILE} token sk-SECRET")
+    v = gate.evaluate_run(EFF, run)
+    doc = {"schema": 1, "kind": "k3lab-release", "k3lab": "0", "target": "sim", "policy": "default",
+           "started": "t", "finished": "t", "host": {"load": "1 1 1", "cpus": 2}, "jobs": 2, "live": True,
+           "injected": {}, "timings": {"total_s": 1, "static_s": 0.1, "live_s": 1, "sum_of_cycles_s": 2},
+           "cycles": {}, "overall": gate.overall([v]), "scenarios": [v.to_json()]}
+    paths = releasereport.write_all(tmp_path, doc)
+    html = paths["html"].read_text()
+    assert "<script>alert" not in html and "&lt;script&gt;" in html and "sk-SECRET" not in html
+    assert "FAIL" in html and "k3_a3_mixed" in html
+    text = paths["md"].read_text()
+    assert "<script>" not in text and "sk-SECRET" not in text and "**FAIL**" in text
+    root = ET.parse(paths["junit"]).getroot()
+    failures = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None]
+    assert failures == [NPU] and root.get("failures") == "1"
