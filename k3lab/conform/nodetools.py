@@ -25,11 +25,11 @@ from k3lab import settings
 from k3lab.conform.toolparse import BUSY, ipv4
 from k3lab.launch.endpoints import CommandResult, FileState
 from k3lab.launch.hwstage import BATCH_TIMEOUT_S
+from k3lab.model.nodechecks import HCCN_TOOL as HCCN  # one path for the suite and the runbook's step 0
+from k3lab.model.nodechecks import SPOD as SPOD
 
-HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 DIR_ENV = "K3LAB_NODE_TOOLS_DIR"
 PROC_CMDLINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"  # ps is absent in slim images
-SPOD = "npu-smi info -t spod-info -i 0 -c 0"
 BUSY_PATTERNS = "|".join(f"*{shlex.quote(b)}*" for b in BUSY)  # shell case patterns
 
 

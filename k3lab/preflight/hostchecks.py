@@ -10,58 +10,28 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
-from k3lab.model.plan import Mount, NodePlan, Plan
+# declared in the model layer, so the runbook (render layer) lists them too; the names stay here for
+# the host stage and the tests, which read them as hostchecks.X
+from k3lab.model.nodechecks import CHECKPOINT_FILES as CHECKPOINT_FILES
+from k3lab.model.nodechecks import DIGEST_FILES as DIGEST_FILES
+from k3lab.model.nodechecks import DRIVER_INFO as DRIVER_INFO
+from k3lab.model.nodechecks import FIRMWARE_INFO as FIRMWARE_INFO
+from k3lab.model.nodechecks import HCCN_CONF as HCCN_CONF
+from k3lab.model.nodechecks import HOST_CHECKS as HOST_CHECKS
+from k3lab.model.nodechecks import INSTALL_INFO as INSTALL_INFO
+from k3lab.model.nodechecks import MIN_DOCKER as MIN_DOCKER
+from k3lab.model.nodechecks import MIN_FREE_BYTES as MIN_FREE_BYTES
+from k3lab.model.nodechecks import PORT_RANGE as PORT_RANGE
+from k3lab.model.nodechecks import RESERVED_PORTS as RESERVED_PORTS
+from k3lab.model.nodechecks import host_path as host_path
+from k3lab.model.nodechecks import model_paths as model_paths
+from k3lab.model.nodechecks import planned_spans as planned_spans
+from k3lab.model.nodechecks import reserve_line as reserve_line
+from k3lab.model.plan import Plan
 from k3lab.preflight import checks as static
 from k3lab.preflight.checks import Finding
-from k3lab.preflight.labchecks import live_check
 
-DRIVER_INFO = "/usr/local/Ascend/driver/version.info"
-FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
-INSTALL_INFO = "/etc/ascend_install.info"
-HCCN_CONF = "/etc/hccn.conf"
-PORT_RANGE = "net.ipv4.ip_local_port_range"
-RESERVED_PORTS = "net.ipv4.ip_local_reserved_ports"
-# the checkpoint directory the guides ask for: "the model configuration, tokenizer, image processor, and
-# model weight files" (K3 §2, K3.1 Pro §2), under the Hugging Face file names vLLM reads
-CHECKPOINT_FILES = {"config.json": "model configuration", "tokenizer_config.json": "tokenizer",
-                    "preprocessor_config.json": "image processor", "model.safetensors.index.json": "weight index"}
-DIGEST_FILES = ("config.json", "model.safetensors.index.json")
-MIN_DOCKER = (20, 10)  # Docker API 1.41, the oldest engine the kit speaks to
-MIN_FREE_BYTES = 20 << 30  # logs, compile and download caches of one node
-
-HOST_CHECKS = [
-    live_check("host", "HST-REACH", "endpoints", "The host stage MUST reach every node's host through its endpoint within its deadline.",
-              "check the node's sshd / Docker engine (k3lab preflight -i lab.yaml names the endpoint)."),
-    live_check("host", "HST-DRIVER", "driver", f"{DRIVER_INFO} (Version=) and {INSTALL_INFO} MUST exist on every node, the driver "
-              "installed completely, with ONE driver version across the scenario's nodes.",
-              "install the same Ascend driver (HDK) on every node; the odd node is named with its version."),
-    live_check("host", "HST-FIRMWARE", "driver", f"Where {FIRMWARE_INFO} exists, every node MUST run the same firmware version.",
-              "upgrade the odd node's firmware with the HDK package the others run."),
-    live_check("host", "HST-HCCN-CONF", "hccl", f"{HCCN_CONF} MUST exist on every node and name every planned device (address_N).",
-              "configure the device addresses with hccn_tool -i N -ip -s address A netmask M (it writes "
-              "/etc/hccn.conf), for every N the plan uses."),
-    live_check("host", "HST-CHECKPOINT", "model", "Every node MUST hold the checkpoint directory the scripts name, with the model "
-              "configuration, tokenizer, image processor and weight index the guide lists.",
-              "copy the complete checkpoint directory (same revision) to that path on the node."),
-    live_check("host", "HST-CHECKPOINT-SAME", "model", "Every node MUST hold the SAME checkpoint: config.json and the weight index "
-              "hash alike on all nodes.",
-              "copy the checkpoint from one source to every node (the odd node is named with its digest)."),
-    live_check("host", "HST-MODEL", "model", "The node's own config.json MUST fit the plan: TP divides the attention heads, the "
-              "PP layer partition sums to the layer count, --max-model-len within max_position_embeddings.",
-              "pick TP, PP partition and --max-model-len for the checkpoint the nodes hold."),
-    live_check("host", "HST-PORTS", "ranks-ports", f"Every planned port MUST lie outside {PORT_RANGE} or be in {RESERVED_PORTS}: "
-              "otherwise any outgoing connection can take it and its owner fails with 'Address already in use'.",
-              "reserve them on the node: sysctl -w net.ipv4.ip_local_reserved_ports=<ports> and the same "
-              "line in /etc/sysctl.d/90-k3lab.conf (the finding prints the line)."),
-    live_check("host", "HST-DISK", "resources", "The filesystems of the Docker root (container logs) and the cache mount MUST have "
-              f"{MIN_FREE_BYTES >> 30} GiB free.", "free space on the node (old images, logs, caches)."),
-    live_check("host", "HST-MEMORY", "resources", "MemAvailable MUST cover the shm the plan asks for the node's container.",
-              "stop what holds the node's memory, or lower the container's shm."),
-    live_check("host", "HST-DOCKER", "endpoints", f"The node's Docker engine MUST be {MIN_DOCKER[0]}.{MIN_DOCKER[1]} or newer.",
-              "upgrade Docker on the node."),
-]
 BY_ID = {c.id: c for c in HOST_CHECKS}
 
 
@@ -113,38 +83,6 @@ def _finding(check: str, message: str, nodes: tuple[str, ...]) -> Finding:
 # ------------------------------------------------------------------------------ plan side
 
 
-def host_path(mounts: list[Mount], path: str) -> str | None:
-    """Where a container path lives on the host: the longest mount target containing it."""
-    p = PurePosixPath(path)
-    best: Mount | None = None
-    for m in mounts:
-        target = PurePosixPath(m.target.rstrip("/") or "/")
-        if (p == target or target in p.parents) and (best is None or len(m.target) > len(best.target)):
-            best = m
-    if best is None:
-        return None
-    rest = p.relative_to(PurePosixPath(best.target.rstrip("/") or "/"))
-    return str(PurePosixPath(best.source) / rest) if str(rest) != "." else best.source
-
-
-def model_paths(plan: Plan, node: NodePlan) -> list[str]:
-    """The checkpoint directories the node's engines load: the model and the draft."""
-    out: list[str] = []
-    for proc in node.all_processes():
-        if proc.kind != "engine":
-            continue
-        if len(proc.argv) > 2 and proc.argv[2].startswith("/"):
-            out.append(proc.argv[2])
-        spec = static.Engine(proc, node.role, node.name, node.address, node.nic).json("--speculative-config")
-        if isinstance(spec.get("model"), str) and spec["model"].startswith("/"):
-            out.append(spec["model"])
-    return list(dict.fromkeys(out))
-
-
-def planned_spans(plan: Plan, node: str) -> list[tuple[int, int, str]]:
-    return sorted({(u.span[0], u.span[1], u.purpose) for u in plan.expect.ports.get(node, [])})
-
-
 def parse_ports(text: str | None) -> list[tuple[int, int]]:
     """``ip_local_reserved_ports`` syntax: ``8000,36000-36015`` (empty: none)."""
     out = []
@@ -154,16 +92,6 @@ def parse_ports(text: str | None) -> list[tuple[int, int]]:
             lo = int(m.group(1))
             out.append((lo, int(m.group(2) or lo)))
     return out
-
-
-def reserve_line(spans: list[tuple[int, int]]) -> str:
-    merged: list[list[int]] = []
-    for lo, hi in sorted(spans):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return ",".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in merged)
 
 
 def unreserved(spans: list[tuple[int, int, str]], port_range: str, reserved: str | None) -> list[tuple[int, int, str]]:

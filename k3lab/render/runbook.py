@@ -4,17 +4,29 @@ Everything comes from the :class:`~k3lab.model.plan.Plan`: its containers, artef
 are the data the bring-up engine (k3lab.launch.lifecycle) walks, so the runbook and ``k3lab up``
 cannot disagree about the order or about what "ready" means. Each gate gets the command an operator
 types to check it by hand (curl for HTTP, bash's /dev/tcp for a bare port, grep for a log line).
+Step 0 lists every check of the host and hardware stages with its commands (:mod:`k3lab.render.stepzero`);
+each start command is one line under a marker, which :func:`start_commands` finds.
 """
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 
 from k3lab.model import targetkinds
 from k3lab.model.plan import Gate, NodePlan, Plan, Process, Stage
+from k3lab.render import stepzero
 
 NAME = "RUNBOOK.md"
+# the HTML comment before each start command's fenced block (invisible in rendered Markdown): what
+# start_commands() finds, so a script runs the RUNBOOK's own commands, never a copy of them
+START_MARKER = "k3lab-start"
+_START = re.compile(rf"^[ \t]*<!-- {START_MARKER} stage=(\d+) node=(\S+) process=(\S+) -->\n"
+                    r"[ \t]*```[^\n]*\n[ \t]*(.+)\n[ \t]*```[ \t]*$", re.M)
+STAGE_TITLES = {"host": "Host stage (before step 1)",
+                "hardware": "Hardware stage (npu-smi and hccn_tool, the guide's §3.2; `k3lab up` runs it after "
+                            "step 1, in the containers, on the host's own tools they mount)"}
 
 _TEMPLATE = """\
 # Runbook: {{ plan.scenario }} ({{ plan.section }})
@@ -36,9 +48,10 @@ commands from this directory; `DOCKER_HOST` points the Docker CLI at the node's 
 `k3lab preflight {{ plan.scenario }}{{ inventory_arg }}`.
 {% if key_note %}
 
-If the deployment requires an API key, export it in each engine's shell as `VLLM_API_KEY` and in the
-proxy's as `OPENAI_API_KEY` (the kit passes `K3LAB_API_KEY` that way), and add
-`-H "Authorization: Bearer $VLLM_API_KEY"` to the `/v1/` checks below.
+If the deployment requires an API key, export it in your shell as `VLLM_API_KEY`, pass it to each
+engine's start command as `-e VLLM_API_KEY="$VLLM_API_KEY"` and to the proxy's as
+`-e OPENAI_API_KEY="$VLLM_API_KEY"` (after `docker exec -d`; the kit passes `K3LAB_API_KEY` that way),
+and add `-H "Authorization: Bearer $VLLM_API_KEY"` to the `/v1/` checks below.
 {% endif %}
 
 ## Nodes
@@ -47,6 +60,49 @@ proxy's as `OPENAI_API_KEY` (the kit passes `K3LAB_API_KEY` that way), and add
 |---|---|---|---|---|---|---|
 {% for n in plan.nodes %}
 | {{ n.name }} | {{ n.role }} | {{ n.rank }} | {{ n.address }} | {{ n.nic }} | `{{ n.endpoint }}` | `{{ n.container.name }}` |
+{% endfor %}
+
+## Step 0: prove every node (the host and hardware stages)
+
+`k3lab up` starts nothing until every node has passed its host stage (before any container) and its
+hardware stage (after the containers exist, before any engine: the NPU and HCCN checks of the
+guide's §3.2). These are the same checks, each with its id (`k3lab checks`), what it requires and
+the commands that show it on a node. Run them as root in a shell on each node's host (the check
+`HST-REACH` from this machine); where the nodes differ, the commands are given per node.
+{% if kind.simulated %}
+
+On the simulator the stand-in image answers `npu-smi` and `hccn_tool` inside the containers, not on
+this machine: `k3lab up` runs these checks there.
+{% endif %}
+{% for stage_name, checks in step0 %}
+
+### {{ stage_name }}
+{% for c in checks %}
+
+#### `{{ c.info.id }}`
+
+{{ c.info.must }}
+{% if not c.declared %}
+
+No manual command is declared for this check; `k3lab up` runs it.
+{% endif %}
+{% for g in c.groups %}
+
+On {{ c.where(g, node_names) }}:
+
+```
+{% for line in g.lines %}
+{{ line }}
+{% endfor %}
+```
+{% endfor %}
+{% if c.na %}
+
+Not applicable on {{ c.na | join(", ") }}.
+{% endif %}
+
+If not: {{ c.info.remedy }}
+{% endfor %}
 {% endfor %}
 
 ## Step 1: containers (every node)
@@ -75,22 +131,22 @@ docker cp {{ src }} {{ n.container }}:{{ dst }}
 ## Step 2: start the processes, stage by stage
 
 Start every process of a stage, then wait until each of its gates passes before the next stage
-(`k3lab up` allows a stage the timeout shown). Each process runs in the node's interactive shell
-(`docker exec -it CONTAINER bash` reads `~/.bashrc`, where the image sets up CANN), in the background with
-its log where the checks read it.
+(`k3lab up` allows a stage the timeout shown). Each start is one command, run from this directory
+like step 1: `docker exec -d` starts the script in the background, with its log where the checks
+read it, in an interactive shell (`bash -ic`: it reads `~/.bashrc`, where the image sets up CANN, as
+the guide's `docker exec -it CONTAINER bash` does). The `{{ start_marker }}` comment above each
+block names its stage, node and process, for scripts that extract the commands.
 
 {% for st in stages %}
 ### Stage {{ loop.index }}: {{ st.name }} (timeout {{ st.timeout }} s)
 
+{% set stage_no = loop.index %}
 {% for s in st.starts %}
 {{ loop.index }}. On **{{ s.node }}** ({{ s.proc.id }}{% if s.children %}; it starts {{ s.children }}{% endif %}):
 
+   <!-- {{ start_marker }} stage={{ stage_no }} node={{ s.node }} process={{ s.proc.id }} -->
    ```
-{% if s.docker_host %}
-   {{ s.docker_host }}
-{% endif %}
-   docker exec -it {{ s.container }} bash
-   cd {{ s.cwd }} && nohup bash {{ s.script }} >> {{ s.log }} 2>&1 &
+   {{ s.command }}
    ```
 {% endfor %}
 
@@ -164,16 +220,27 @@ def manual_check(gate: Gate, log_of: dict[str, str], docker_of: dict[str, str]) 
     return f"curl -sS {shlex.quote(gate.target)}   # \"status\": \"ok\", {want}"
 
 
-def _start(proc: Process, node: NodePlan, steps: _NodeSteps) -> dict[str, object]:
-    return {"node": node.name, "proc": proc, "docker_host": steps.docker_host, "container": steps.container,
-            "cwd": shlex.quote(proc.cwd), "script": shlex.quote(proc.script or ""), "log": shlex.quote(proc.log),
+def start_command(proc: Process, node: NodePlan) -> str:
+    """One line that starts ``proc`` on its node from the operator's machine: scriptable across nodes.
+
+    ``bash -ic``: the interactive shell reads ~/.bashrc, where the images set up CANN (LD_LIBRARY_PATH,
+    set_env.sh), as the guide's ``docker exec -it ... bash`` does and ``k3lab up`` reproduces
+    (k3lab.launch.lifecycle.shell_env); a login shell (-l) reads ~/.profile instead, and the stock
+    Debian/Ubuntu ~/.bashrc returns early in a shell that is not interactive. ``exec``: the script replaces the shell, so its log is the process's."""
+    inner = f"cd {shlex.quote(proc.cwd)} && exec bash {shlex.quote(proc.script or '')} >> {shlex.quote(proc.log)} 2>&1"
+    host = _docker_host(node).removeprefix("export ")
+    return " ".join(filter(None, [host, "docker exec -d", shlex.quote(node.container.name), "bash -ic",
+                                  shlex.quote(inner)]))
+
+
+def _start(proc: Process, node: NodePlan) -> dict[str, object]:
+    return {"node": node.name, "proc": proc, "command": start_command(proc, node),
             "children": ", ".join(c.id for c in proc.children)}
 
 
-def _stage(stage: Stage, plan: Plan, steps: dict[str, _NodeSteps], log_of: dict[str, str],
-           docker_of: dict[str, str]) -> dict[str, object]:
+def _stage(stage: Stage, plan: Plan, log_of: dict[str, str], docker_of: dict[str, str]) -> dict[str, object]:
     procs = {p.id: p for p in plan.processes()}
-    starts = [_start(procs[pid], plan.node(procs[pid].node), steps[procs[pid].node]) for pid in stage.processes]
+    starts = [_start(procs[pid], plan.node(procs[pid].node)) for pid in stage.processes]
     gates = [{"node": g.node, "what": g.describe(), "check": manual_check(g, log_of, docker_of)} for g in stage.gates]
     return {"name": stage.name, "timeout": f"{stage.timeout_s:.0f}", "starts": starts, "gates": gates}
 
@@ -183,19 +250,35 @@ def text(plan: Plan) -> str:
     import jinja2
 
     nodes = [_node_steps(n) for n in plan.nodes]
-    by_name = {s.plan.name: s for s in nodes}
     procs = {p.id: p for p in plan.processes()}
     log_of = {pid: p.log for pid, p in procs.items()}
     docker_of = {s.plan.name: " ".join(filter(None, [s.docker_host.removeprefix("export "), "docker exec",
                                                        s.container])) for s in nodes}
-    stages = [_stage(stage, plan, by_name, log_of, docker_of) for stage in plan.stages]
+    stages = [_stage(stage, plan, log_of, docker_of) for stage in plan.stages]
+    step0 = [(STAGE_TITLES[name], checks) for name, checks in stepzero.steps(plan).items()]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
     kind = targetkinds.kind(plan.target)
     out = env.from_string(_TEMPLATE).render(
-        plan=plan, kind=kind, nodes=nodes, stages=stages, target_words=kind.description,
+        plan=plan, kind=kind, nodes=nodes, stages=stages, target_words=kind.description, step0=step0,
+        node_names=[n.name for n in plan.nodes], start_marker=START_MARKER,
         inventory_arg=f" -i {shlex.quote(plan.inventory)}" if kind.needs_inventory else "",
         addresses=", ".join(n.address for n in plan.nodes), nics=", ".join(sorted({n.nic for n in plan.nodes})),
         images=", ".join(sorted({n.container.image for n in plan.nodes})),
         key_note=any(p.kind in ("engine", "launcher", "proxy") for p in procs.values()))
     return out.rstrip("\n") + "\n"
+
+
+@dataclass(frozen=True)
+class StartCommand:
+    """One process's start command as the RUNBOOK gives it."""
+
+    stage: int  # 1-based, as the RUNBOOK numbers the stages
+    node: str
+    process: str
+    command: str
+
+
+def start_commands(text: str) -> list[StartCommand]:
+    """Every start command of a RUNBOOK's step 2, in its order (stage by stage), found by its marker."""
+    return [StartCommand(int(m.group(1)), m.group(2), m.group(3), m.group(4).strip()) for m in _START.finditer(text)]

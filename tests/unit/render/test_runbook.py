@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 
 import pytest
 
@@ -46,7 +48,7 @@ def test_runbook_names_every_nodes_steps_in_the_guides_order(sid, tmp_path):
         at = _after(text, f"### Stage {i}: {stage.name} ", at)
         for pid in stage.processes:
             at = _after(text, f"On **{procs[pid].node}** ({pid}", at)
-            at = _after(text, f"nohup bash {procs[pid].script} >> {procs[pid].log}", at)
+            at = _after(text, runbook.start_command(procs[pid], plan.node(procs[pid].node)), at)
         at = _after(text, "Wait for:", at)
         for gate in stage.gates:
             at = _after(text, f"- {gate.node}: {gate.describe()}", at)
@@ -89,3 +91,56 @@ def test_render_target_lab_without_inventory_exits_2(tmp_path, capsys):
     assert code == errors.USAGE and not (tmp_path / "out").exists()
     assert "--target lab needs the lab's inventory (-i lab.yaml" in capsys.readouterr().err
     assert cli.main(["preflight", "a3_pd_1m", "--target", "lab"]) == errors.USAGE
+
+
+# ----------------------------------------------------------------------------- start commands
+
+
+def _bash_n(script: str) -> None:
+    res = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, f"bash -n: {res.stderr}\n{script}"
+
+
+@pytest.mark.parametrize("sid", list(catalog.SCENARIOS))
+def test_start_commands_are_extracted_one_per_process_in_stage_order(sid, tmp_path):
+    rendered = _lab(sid)
+    text = (render.write(rendered, tmp_path / "out") / "RUNBOOK.md").read_text()
+    plan = rendered.plan
+    got = runbook.start_commands(text)
+    procs = {p.id: p for p in plan.processes()}
+    want = [(i, procs[pid].node, pid) for i, st in enumerate(plan.stages, 1) for pid in st.processes]
+    assert [(c.stage, c.node, c.process) for c in got] == want
+    for c in got:
+        proc, node = procs[c.process], plan.node(c.node)
+        argv = shlex.split(c.command)
+        # one command from this directory: the node's engine, a detached exec, an interactive shell
+        assert argv[:5] == [f"DOCKER_HOST={node.endpoint}", "docker", "exec", "-d", node.container.name]
+        assert argv[5:7] == ["bash", "-ic"] and len(argv) == 8
+        assert shlex.split(argv[7]) == ["cd", proc.cwd, "&&", "exec", "bash", proc.script, ">>", proc.log, "2>&1"]
+        _bash_n(argv[7])
+    _bash_n("\n".join(c.command for c in got))
+
+
+def test_start_commands_of_the_simulator_use_the_local_engine(tmp_path):
+    sid = "a3_pd"
+    text = (render.write(render.build(sid, siminventory.default(sid)), tmp_path / "out") / "RUNBOOK.md").read_text()
+    got = runbook.start_commands(text)
+    assert got and all(shlex.split(c.command)[:3] == ["docker", "exec", "-d"] for c in got)
+    assert "docker exec -it" not in text.split("### Stage 1")[1]  # nothing is typed inside a container any more
+
+
+def test_start_command_quotes_what_reaches_the_shell():
+    plan = _lab("a3_pd").plan
+    proc = plan.processes()[0]
+    node = plan.node(proc.node)
+    odd = proc.model_copy(update={"cwd": "/root/my dir", "log": "/tmp/$(reboot).log", "script": "/root/a'b.sh"})
+    argv = shlex.split(runbook.start_command(odd, node))
+    assert shlex.split(argv[-1]) == ["cd", "/root/my dir", "&&", "exec", "bash", "/root/a'b.sh", ">>",
+                                     "/tmp/$(reboot).log", "2>&1"]
+    _bash_n(argv[-1])
+
+
+def test_start_commands_ignore_unmarked_blocks():
+    text = ("```\ndocker exec -d c bash -ic 'x'\n```\n"
+            "   <!-- k3lab-start stage=2 node=p0 process=p0/engine -->\n   ```\n   docker exec -d c bash -ic 'y'\n   ```\n")
+    assert runbook.start_commands(text) == [runbook.StartCommand(2, "p0", "p0/engine", "docker exec -d c bash -ic 'y'")]
