@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from k3lab.model import families, targetkinds
 from k3lab.model.catalog import Scenario
+from k3lab.model.inventory import Inventory
 
 # The vllm-ascend release whose example programs (the proxy, launch_online_dp.py) the sim runs per guide.
 # The registry carries no 0.23.0 sdist; 0.23.0.post1 is its fix release (deviation sim-vllm-ascend).
@@ -55,3 +56,21 @@ def for_scenario(sc: Scenario, opts: dict[str, str], target: str) -> list[dict[s
                 f"0.30.0 is not on the package registry; {version} is the newest release there (its proxy has "
                 "/v1/models, which the kit's gates and checks do not use)")
     return out
+
+
+def for_inventory(inv: Inventory) -> list[dict[str, str]]:
+    """The lab's own mounts (``mounts``, ``nodes[].mounts``): one deviation naming each and its nodes."""
+    per_mount: dict[str, list[str]] = {}
+    for node in inv.nodes:
+        for m in inv.mounts_for(node):
+            spec = f"-v {m.source}:{m.container_path}{':ro' if m.read_only else ''}"
+            per_mount.setdefault(spec, []).append(node.name)
+    if not per_mount:
+        return []
+    every = len(inv.nodes)
+    listed = "; ".join(spec + ("" if len(nodes) == every else f" (nodes {', '.join(nodes)})")
+                       for spec, nodes in per_mount.items())
+    return [{"id": "inventory-mounts", "scope": "kit", "what": f"adds the inventory's mounts to docker run: {listed}",
+             "why": "the lab keeps files the scripts use outside the guide's mounts (weights on a shared "
+                    "filesystem); the guides say to update the mount path when the model directory is outside "
+                    "/root/.cache/ (K3.1 Pro §4.1), and the kit does it from the inventory"}]

@@ -145,6 +145,88 @@ class Paths(_Strict):
         return _check_path(v, info.field_name)
 
 
+# What the rendered containers need at these paths (the guides' driver and tool mounts, /root/.cache, the
+# emulated driver of the labemu profile): an inventory mount may sit below one (a checkpoint directory
+# inside /root/.cache), never on one or above it, nor in the kernel's pseudo-filesystems.
+CONTAINER_MOUNT_TARGETS = ("/usr/local/dcmi", "/usr/local/Ascend/driver", "/usr/local/bin/npu-smi",
+                           "/etc/ascend_install.info", "/etc/hccn.conf", "/root/.cache", "/etc/k3lab-sim")
+KERNEL_DIRS = ("/proc", "/sys", "/dev")
+MAX_MOUNTS = 32
+
+
+def _mount_path_problem(v: str) -> str | None:
+    """Why a mount path cannot be one (None when it can): absolute, one line, no '..' or '.', no ':'."""
+    if not re.fullmatch(PATH_RE, v):
+        return "must be an absolute path on one line without quotes, backslashes or '%'"
+    if ":" in v or "," in v:
+        return "must not contain ':' or ',' (docker run -v SOURCE:TARGET[:ro] splits on ':')"
+    parts = v.split("/")[1:]
+    if any(p in (".", "..") for p in parts) or "//" in v.rstrip("/"):
+        return "must be a normal path: no '.' or '..' components and no '//'"
+    return None
+
+
+def _within(path: str, base: str) -> bool:
+    """``path`` is ``base`` or below it (both absolute, normalised)."""
+    return path == base or base == "/" or path.startswith(base + "/")
+
+
+class HostMount(_Strict):
+    """A host directory bind-mounted into the node's container: ``docker run -v SOURCE:TARGET[:ro]``."""
+
+    source: str = Field(description="directory (or file) on the node's host, e.g. the lab's shared weights; "
+                        "absolute, no '..', ':' or control characters", examples=["/mnt/weights"],
+                        json_schema_extra=_pattern(PATH_RE))
+    target: str | None = Field(None, description="where the container sees it (default: the same path as "
+                               "source); not on or above a path the container needs (/root/.cache, the driver "
+                               "and tool mounts, the kit's work directories)", examples=["/mnt/weights"],
+                               json_schema_extra=_pattern(PATH_RE))
+    read_only: bool = Field(False, description="mount read-only (:ro); the engines only read checkpoints, the "
+                            "caches must stay writable", examples=[True])
+
+    @field_validator("source", "target")
+    @classmethod
+    def _path(cls, v: str | None, info):
+        if v is None:
+            return v
+        if problem := _mount_path_problem(v):
+            raise ValueError(f"mount {info.field_name} {v!r} {problem}")
+        return v.rstrip("/") or "/"
+
+    @property
+    def container_path(self) -> str:
+        return self.target or self.source
+
+
+def _mount_target_problem(target: str, needed: dict[str, str], image_dir: str) -> str | None:
+    """Why a mount target would hide what the container needs (``needed``: path -> what it is)."""
+    for base in KERNEL_DIRS:
+        if _within(target, base):
+            return f"is in {base}, which the container runtime provides"
+    if _within(target, image_dir):
+        return f"is inside {image_dir} (paths.vllm_ascend_source_dir, the image's own checkout)"
+    for path, what in needed.items():
+        if path == target:
+            return f"is {what} already"
+        if _within(path, target):
+            return f"would hide {path} ({what}) inside the container"
+    return None
+
+
+def _duplicate_targets(mounts: list[HostMount]) -> str | None:
+    seen: set[str] = set()
+    for m in mounts:
+        if m.container_path in seen:
+            return m.container_path
+        seen.add(m.container_path)
+    return None
+
+
+def _mounts_field(description: str) -> Any:
+    return Field(default_factory=list, max_length=MAX_MOUNTS, description=description,
+                 examples=[[{"source": "/mnt/weights", "target": "/mnt/weights", "read_only": True}]])
+
+
 class Node(_Strict):
     """One host. ``rank`` is role-local: the rank-0 node of each role is its head."""
 
@@ -180,6 +262,9 @@ class Node(_Strict):
     memcache_protocol: MmcProtocol | None = Field(
         None, description="ock.mmc.local_service.protocol of this node's MemCache clients (default: the guide's "
         "device_sdma)", examples=["device_rdma"])
+    mounts: list[HostMount] = _mounts_field(
+        "extra host directories for this node's container; an entry overrides the inventory's mounts entry "
+        "with the same target (this node keeps its weights elsewhere)")
 
     @field_validator("name")
     @classmethod
@@ -289,6 +374,9 @@ class Inventory(_Strict):
                                    examples=["p0"])
     metaservice_node: str | None = Field(None, description="node that runs the MemCache MetaService, when no node "
                                          "has role metaservice", examples=["p0"])
+    mounts: list[HostMount] = _mounts_field(
+        "host directories bind-mounted into every node's container beside the guide's (-v SOURCE:TARGET[:ro]): "
+        "weights on a shared or parallel filesystem outside /root/.cache; listed as deviation inventory-mounts")
     ports: Ports = Field(Ports.model_construct(), description="ports; omitted keys take the documented defaults")
     paths: Paths = Field(Paths.model_construct(), description="directories on the nodes")
     sim: Sim = Field(Sim.model_construct(), description="sim target network (ignored on a lab)")
@@ -329,12 +417,32 @@ class Inventory(_Strict):
             value = getattr(self, field)
             if value is not None and value not in seen_names:
                 raise ValueError(f"{field}: {value!r} is not a node in this inventory{_nodes_hint(value, seen_names)}")
+        self._check_mounts()
         for i, acc in enumerate(self.accept):
             for value in acc.nodes:
                 if value not in seen_names:
                     raise ValueError(f"accept.{i}.nodes: {value!r} is not a node in this inventory"
                                      f"{_nodes_hint(value, seen_names)}")
         return self
+
+    def _check_mounts(self) -> None:
+        """No duplicate targets in one list; no target on or above what the container needs."""
+        needed = {p: "a mount of the guide's docker run" for p in CONTAINER_MOUNT_TARGETS}
+        needed.update({getattr(self.paths, k): f"paths.{k}" for k in Paths.model_fields})
+        lists = [("mounts", self.mounts)] + [(f"nodes.{n.name}.mounts", n.mounts) for n in self.nodes]
+        for where, mounts in lists:
+            if dup := _duplicate_targets(mounts):
+                raise ValueError(f"{where}: two entries have target {dup}")
+            for m in mounts:
+                if problem := _mount_target_problem(m.container_path, needed, self.paths.vllm_ascend_source_dir):
+                    raise ValueError(f"{where}: target {m.container_path} {problem}")
+
+    def mounts_for(self, node: Node) -> list[HostMount]:
+        """The node's mounts: the inventory's, each replaced by the node's entry of the same target, then the
+        node's own."""
+        own = {m.container_path: m for m in node.mounts}
+        out = [own.pop(m.container_path, m) for m in self.mounts]
+        return out + list(own.values())
 
     def by_role(self, role: Role) -> list[Node]:
         return sorted((n for n in self.nodes if n.role == role), key=lambda n: n.rank)

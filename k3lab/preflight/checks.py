@@ -20,7 +20,7 @@ from k3lab.model import accept, targetkinds
 from k3lab.model.accept import AcceptedFinding
 from k3lab.model.catalog import DEVICES
 from k3lab.model.checks import CheckInfo, Severity
-from k3lab.model.plan import Plan, Process, Topology, flag
+from k3lab.model.plan import Mount, Plan, Process, Topology, flag
 from k3lab.model.targetkinds import TargetKind
 from k3lab.render.scripts import PROXY_VARS as SCRIPT_PROXY_VARS
 
@@ -749,9 +749,11 @@ def under_mount(path: str, targets: list[str]) -> bool:
 
 
 @check("PF-MOUNT-PATHS", "containers", "error", "On a lab, every path the scripts use inside the container (model, draft, caches) "
-       "MUST lie under one of the container's mounts: the container sees nothing else of the host.",
-       "keep model_path, the draft and the caches under a directory the container mounts (the guide mounts "
-       "/root/.cache: model_path /root/.cache/<checkpoint dir>), and copy the checkpoint there on every node.")
+       "MUST lie under one of the container's mounts: the container sees nothing else of the host; the caches "
+       "MUST lie under a writable one.",
+       "add the directory that holds the weights to the inventory's mounts (e.g. mounts: [{source: /mnt/weights, "
+       "read_only: true}], or nodes[].mounts where nodes differ) and keep model_path under its target; or keep "
+       "them under /root/.cache, which the guide mounts. Caches go under a mount without read_only.")
 def _mount_paths(f: Facts):
     if not f.kind.real_hosts:
         return
@@ -761,6 +763,16 @@ def _mount_paths(f: Facts):
             if not under_mount(path, targets):
                 yield (f"{node.name}: {what} {path} is under no mount of container {node.container.name} "
                        f"(mounts: {', '.join(sorted(targets))})."), (node.name,)
+            elif "model path" not in what and _innermost(node.container.mounts, path).read_only:
+                yield (f"{node.name}: {what} {path} is under the read-only mount "
+                       f"{_innermost(node.container.mounts, path).target} of container {node.container.name}; "
+                       f"the engine writes there."), (node.name,)
+
+
+def _innermost(mounts: list[Mount], path: str) -> Mount:
+    """The mount that holds ``path`` inside the container (the deepest target containing it)."""
+    holding = [m for m in mounts if under_mount(path, [m.target.rstrip("/") or "/"])]
+    return max(holding, key=lambda m: len(m.target.rstrip("/")))
 
 
 # --------------------------------------------------------------------------------- running

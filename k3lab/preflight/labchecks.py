@@ -32,7 +32,8 @@ LIVE_CHECKS = [
               "docker pull (or docker load) the image on the node, or run with --pull missing."),
     _lab("LPF-MOUNT-SOURCE", "containers", "Every bind-mount source MUST exist on its node: the Docker API refuses a "
               "missing source where docker run -v would silently create an empty directory.",
-              "create the path on the node (driver files, /etc/hccn.conf, the model directory) or fix the inventory."),
+              "create the path on the node (driver files, /etc/hccn.conf, the model directory), mount the shared "
+              "filesystem an inventory mounts entry names (its source), or fix the inventory."),
     _lab("LPF-NAME", "containers", "The container name MUST be free on each node or belong to this run; a container the "
               "kit did not start is never touched.",
               "remove or rename the other container yourself (docker rm NAME on that node), or set "

@@ -146,9 +146,11 @@ def _container(sc: Scenario, inv: Inventory, node: Node, run_label: str | None) 
                   ("/usr/local/Ascend/driver/version.info", "/usr/local/Ascend/driver/version.info")]
     mounts += [("/etc/ascend_install.info", "/etc/ascend_install.info"), ("/etc/hccn.conf", "/etc/hccn.conf"),
                ("/root/.cache", "/root/.cache")]
+    # the lab's own (weights outside /root/.cache, deviation inventory-mounts), after the guide's
+    extra = [Mount.make(source=m.source, target=m.container_path, read_only=m.read_only) for m in inv.mounts_for(node)]
     return Container.make(
         name=node.container_name or sc.container_name, image=inv.image or sc.image, shm_size="1g", privileged=True,
-        network_mode="host", devices=devs, mounts=[Mount.make(source=s, target=t) for s, t in mounts],
+        network_mode="host", devices=devs, mounts=[Mount.make(source=s, target=t) for s, t in mounts] + extra,
         command=["sleep", "infinity"],
         labels={"k3lab.scenario": sc.id, "k3lab.node": node.name, **({"k3lab.run": run_label} if run_label else {})},
     )
@@ -162,6 +164,22 @@ def docker_run_script(c: Container) -> str:
     lines += [f"--label {shlex.quote(k + '=' + v)}" for k, v in sorted(c.labels.items()) if k != "k3lab.run"]
     lines.append(f"{shlex.quote(c.image)} " + " ".join(shlex.quote(a) for a in c.command))
     return "#!/usr/bin/env bash\nset -euo pipefail\n" + " \\\n    ".join(lines) + "\n"
+
+
+def _check_hidden(node: Node, targets: list[str], c: Container) -> None:
+    """An inventory mount may not sit on or above another mount of the final container (the profile's host
+    programs on the emulator included): Docker would hide one under the other."""
+    from pathlib import PurePosixPath
+
+    for target in targets:
+        t = PurePosixPath(target)
+        below = [m.target for m in c.mounts if (p := PurePosixPath(m.target.rstrip("/") or "/")) == t or t in p.parents]
+        own = next((x for x in below if x.rstrip("/") == target), None)  # the inventory's own mount
+        if own is not None:
+            below.remove(own)
+        if below:
+            raise RenderError(f"mounts (node {node.name}): target {target} would hide the container's mount "
+                              f"{below[0]}; mount it elsewhere")
 
 
 def _launcher_children(dp_size: int, tp: int, local: int, start: int, addr: str, rpc: str, port0: int) -> list[list[str]]:
@@ -272,6 +290,7 @@ class _Build:
         container = _container(self.sc, self.inv, node, self.run_label)
         if targetkinds.kind(self.target).real_hosts:  # the one listed place a lab may differ (k3lab.render.profiles)
             container = profiles.apply(self.inv.lab.profile, container)
+        _check_hidden(node, [m.container_path for m in self.inv.mounts_for(node)], container)
         return container
 
     # ---- MemCache: MetaService host and per-node pool files
@@ -421,6 +440,7 @@ class _Build:
 
     def deviations(self) -> list[Deviation]:
         found = deviations.for_scenario(self.sc, self.opts, self.target)
+        found += deviations.for_inventory(self.inv)
         if targetkinds.kind(self.target).real_hosts:
             found += profiles.deviations(self.inv.lab.profile)
         return [Deviation.make(**d) for d in found]

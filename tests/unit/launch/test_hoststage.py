@@ -285,3 +285,29 @@ def test_a_node_whose_shell_prints_is_named_for_that_not_as_unreachable(plan, mo
     assert "LPF-SSH-SHELL" in got["p1"].error and not any(f.error for n, f in got.items() if n != "p1")
     monkeypatch.setattr(hoststage, "shell_noise", lambda endpoint, ssh: "")  # a clean shell: the error as it came
     assert "BadStatusLine" in hoststage.collect(plan, pool=SimpleNamespace(ssh=None), run_id="r")["p1"].error  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_under_an_inventory_mount_is_read_at_the_mounts_source(tmp_path):
+    """Issue #36 item 1: model_path /mnt/weights/... in the container, the weights at the mount's source on the
+    host (here another path, as when one node keeps them elsewhere): the host stage reads them there."""
+    from k3lab.model.inventory import Inventory
+
+    inv = siminventory.default("a3_pd_1m").model_dump()
+    for i, n in enumerate(inv["nodes"]):
+        n["endpoint"], n["local_ip"] = f"ssh://root@10.213.0.{11 + i}", f"10.213.0.{11 + i}"
+    inv.update(model_path="/mnt/weights/Kimi-K3.1-Pro", mounts=[{"source": "/srv/nfs/weights", "target": "/mnt/weights",
+                                                                  "read_only": True}])
+    plan = artefacts.build("a3_pd_1m", Inventory.model_validate(inv), {}, "lab").plan
+    node = plan.nodes[1]
+    assert hc.host_path(node.container.mounts, "/mnt/weights/Kimi-K3.1-Pro") == "/srv/nfs/weights/Kimi-K3.1-Pro"
+    api = _Api(tmp_path, _files(node, "/srv/nfs/weights/Kimi-K3.1-Pro"))
+    api.paths.append("/srv/nfs/weights")  # the host's directory, rewritten into the temporary root too
+    facts = hoststage.gather(plan, node, hoststage._host(hoststage.HelperBackend(node.name, api, "helper")), _Client())
+    ck = facts.checkpoints[0]
+    assert (ck.path, ck.host_path) == ("/mnt/weights/Kimi-K3.1-Pro", "/srv/nfs/weights/Kimi-K3.1-Pro")
+    assert ck.present == sorted(hc.CHECKPOINT_FILES) and ck.config == CONFIG
+    api = _Api(tmp_path / "empty", _files(node))  # the weights only in /root/.cache: named with the host path
+    api.paths.append("/srv/nfs/weights")
+    facts = hoststage.gather(plan, node, hoststage._host(hoststage.HelperBackend(node.name, api, "helper")), _Client())
+    found = hc.check_checkpoints([facts])
+    assert found and "(host /srv/nfs/weights/Kimi-K3.1-Pro) lacks" in found[0].message

@@ -177,3 +177,13 @@ def test_gates_ignore_a_proxy_set_on_the_kit_host(monkeypatch):
 def test_pull_policy_validated():
     with pytest.raises(ValueError):
         labpreflight.run(None, None, "r", pull="sometimes")
+
+
+def test_an_inventory_mounts_missing_source_is_named():
+    """Issue #36 item 1: a mounts entry whose source is not on the node (the shared filesystem not mounted)."""
+    node = _node()
+    node.container.mounts.append(Mount(source="/mnt/weights", target="/mnt/weights", read_only=True))
+    pool = _Pool(_Client(containers=_Containers(missing_sources=["/mnt/weights"])))
+    f = labpreflight.check_mounts(node, pool, "r1")
+    assert f[0].check == "LPF-MOUNT-SOURCE" and "missing on the host: /mnt/weights." in f[0].message
+    assert "mounts entry" in f[0].message  # the remedy

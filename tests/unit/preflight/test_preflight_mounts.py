@@ -28,3 +28,32 @@ def test_checkpoint_remedy_never_asks_to_write_into_the_kit():
     assert "fixtures" not in chk.remedy and "HST-MODEL" in chk.remedy
     r = faults._inv("a3_pd_1m", {}, target="lab", model_path="/root/.cache/not-in-the-kit")
     assert not [f for f in checks.run(r.plan, r.files) if f.check == "PF-CHECKPOINT"]
+
+
+def test_weights_outside_root_cache_pass_with_an_inventory_mount():
+    """Issue #36 item 1: the remedy is a mounts entry, not copying hundreds of GB onto every node."""
+    r = faults._inv("a3_pd_1m", {}, target="lab", model_path="/mnt/weights/Kimi-K3.1-Pro",
+                    mounts=[{"source": "/mnt/weights", "read_only": True}])
+    assert not [f for f in checks.run(r.plan, r.files) if f.check == "PF-MOUNT-PATHS"]
+    chk = next(c for c in checks.CHECKS if c.id == "PF-MOUNT-PATHS")
+    assert "mounts" in chk.remedy and "copy" not in chk.remedy
+
+
+def test_a_node_whose_mount_lacks_the_weights_is_named():
+    r = faults._inv("a3_pd_1m", {"d1": {"mounts": [{"source": "/x", "target": "/mnt/other"}]}}, target="lab",
+                    model_path="/mnt/weights/Kimi-K3.1-Pro", mounts=[{"source": "/mnt/weights"}])
+    assert not [f for f in checks.run(r.plan, r.files) if f.check == "PF-MOUNT-PATHS"]
+    r = faults._inv("a3_pd_1m", {"d1": {"mounts": [{"source": "/x", "target": "/mnt/weights/Kimi-K3.1-Pro-other"}]}},
+                    target="lab", model_path="/mnt/weights/Kimi-K3.1-Pro")
+    found = [f for f in checks.run(r.plan, r.files) if f.check == "PF-MOUNT-PATHS"]
+    assert {f.nodes[0] for f in found} == {n.name for n in r.plan.nodes}  # the prefix is not a parent
+
+
+def test_caches_under_a_read_only_mount_are_refused():
+    r = faults._inv("k3_a2_mixed", {}, target="lab",  # its scripts export TIKTOKEN_CACHE_DIR=/root/.cache/tiktoken-k3
+                    mounts=[{"source": "/srv/tok", "target": "/root/.cache/tiktoken-k3", "read_only": True}])
+    found = [f for f in checks.run(r.plan, r.files) if f.check == "PF-MOUNT-PATHS"]
+    assert found and all("read-only mount /root/.cache/tiktoken-k3" in f.message for f in found)
+    r = faults._inv("a3_pd_1m", {}, target="lab", model_path="/root/.cache/w/Kimi",
+                    mounts=[{"source": "/srv/w", "target": "/root/.cache/w", "read_only": True}])
+    assert not [f for f in checks.run(r.plan, r.files) if f.check == "PF-MOUNT-PATHS"]  # the model is only read
