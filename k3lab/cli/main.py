@@ -336,6 +336,9 @@ def _add_labemu(sub) -> None:
     p.add_argument("--out", default="lab.yaml", help="lab inventory to write")
     p.add_argument("--endpoints", choices=["mixed", "ssh", "tcp"], default="mixed",
                    help="endpoint kinds in the inventory (mixed: every fourth host over tcp://)")
+    p.add_argument("--weights", metavar="DIR", help="up: keep each host's checkpoints in DIR (e.g. /mnt/weights) "
+                   "instead of /root/.cache, and give the inventory a read-only mounts entry for it and model_path "
+                   "under it (a lab's shared weights outside /root/.cache)")
     p.set_defaults(fn=lazy("k3lab.launch.labemu", "cmd_labemu"))
 
 

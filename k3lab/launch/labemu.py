@@ -6,7 +6,8 @@ Each emulated host is what a lab node is to the kit, built from the kernel's own
   (``10.213.0.0/24``; the sim uses ``172.28.0.0/24``), and its NPU device addresses on that NIC;
 * its own filesystem view (a private mount namespace): its own ``/etc`` (with the driver's
   ``/etc/hccn.conf``, ``/etc/ascend_install.info`` and the emulated device table) and its own
-  ``/root/.cache`` holding the model directories;
+  ``/root/.cache`` holding the model directories (with ``up --weights DIR``: its own ``DIR`` holds them
+  instead, as a lab's shared weights outside ``/root/.cache``, and the inventory mounts ``DIR``);
 * its own Docker engine (``nsenter --net=/run/netns/NAME dockerd``; own socket, data-root,
   exec-root and pidfile; ``ip netns exec`` would remount ``/sys`` and hide the cgroups);
 * its own sshd on the namespace address, with a kit-generated host key and a kit client key;
@@ -44,7 +45,7 @@ from pathlib import Path
 import yaml
 
 from k3lab import formats, paths, settings, waits
-from k3lab.errors import EnvError
+from k3lab.errors import EnvError, InputError
 from k3lab.launch.endpoints import docker_client
 
 BRIDGE = "k3emu0"
@@ -227,8 +228,8 @@ def _hccn_conf(h: Host) -> str:
         os.environ.pop(hw.NODE_FILE_ENV, None)
 
 
-def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
-    """The host's own /etc and /root/.cache, as a real node has them."""
+def _filesystem(h: Host, node: str, platform: str, client_pub: str, weights: str | None = None) -> None:
+    """The host's own /etc and /root/.cache (and the weights directory), as a real node has them."""
     etc = h.root / "etc"
     if not etc.exists():
         tmp = h.root / "etc.tmp"
@@ -249,7 +250,8 @@ def _filesystem(h: Host, node: str, platform: str, client_pub: str) -> None:
     driver = h.usr_local / "Ascend" / "driver"
     driver.mkdir(parents=True, exist_ok=True)
     (driver / "version.info").write_text((image.ROOTFS / "usr/local/Ascend/driver/version.info").read_text())
-    _checkpoints(h.root / "cache")
+    (h.root / "cache").mkdir(exist_ok=True)
+    _checkpoints(checkpoint_root(h, weights))
     if not h.host_key.exists():
         _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"k3emu-{h.name}", "-f", str(h.host_key))
     (etc / "ssh" / "k3emu_authorized_keys").write_text(client_pub)
@@ -296,6 +298,11 @@ def fresh_dotfile(name: str) -> str:
     return fresh.read_text() if fresh.exists() else "# k3lab labemu: a fresh host's empty start-up file\n"
 
 
+def checkpoint_root(h: Host, weights: str | None) -> Path:
+    """Where the host keeps its checkpoints: its /root/.cache, or its weights directory (``up --weights``)."""
+    return h.root / ("weights" if weights else "cache")
+
+
 def _checkpoints(cache: Path) -> None:
     """The host's checkpoint directories: the kit's config.json fixtures, completed with the other files."""
     cache.mkdir(exist_ok=True)
@@ -324,7 +331,7 @@ def _reserve_planned(hosts: list[Host], inv: dict) -> None:
         _sh("nsenter", f"--net=/run/netns/{h.ns}", "sysctl", "-q", "-w", f"net.ipv4.ip_local_reserved_ports={ports}")
 
 
-def _start(h: Host, tcp: bool) -> None:
+def _start(h: Host, tcp: bool, weights: str | None = None) -> None:
     if h.engine_alive() and _pid_alive(h.sshd_pid):
         return
     data_root = h.root / "docker"
@@ -340,6 +347,9 @@ def _start(h: Host, tcp: bool) -> None:
     from k3lab.launch.simimage import image
 
     listen = [f"-H unix://{h.sock}"] + ([f"-H tcp://{h.ip}:{TCP_PORT}"] if tcp else [])
+    # the host's weights directory at the planned path (up --weights); the mount point is an empty directory on
+    # this machine, removed by down when up made it
+    bind_weights = [f"mount --bind {q(str(checkpoint_root(h, weights)))} {q(weights)}"] if weights else []
     script = "\n".join([
         "set -e",
         f"mount --bind {h.root / 'etc'} /etc",
@@ -350,6 +360,7 @@ def _start(h: Host, tcp: bool) -> None:
         # the host's own driver files (version.info) at the real path; the mount point is an empty
         # directory on this machine, removed by down
         f"mount --bind {h.usr_local / 'Ascend'} {ASCEND_DIR}",
+        *bind_weights,
         f"/usr/sbin/sshd -f /etc/ssh/k3emu_sshd_config -E {h.root / 'sshd.log'}",
         # the host's tool service (module docstring); the hccn_tool lock is the host's own, not this machine's /tmp
         f"K3SIM_HCCS_PING_S={q(format(settings.current().hccs_ping_s, 'g'))} "
@@ -444,8 +455,9 @@ def _hosts_on_machine() -> list[Host]:
 # ------------------------------------------------------------------------------- inventory
 
 
-def inventory(scenario: str, hosts: list[Host], endpoint_kinds: list[str], known_hosts: Path, key: Path) -> dict:
-    from k3lab.model import siminventory
+def inventory(scenario: str, hosts: list[Host], endpoint_kinds: list[str], known_hosts: Path, key: Path,
+              weights: str | None = None) -> dict:
+    from k3lab.model import catalog, siminventory
 
     inv = siminventory.default(scenario).model_dump(mode="json", exclude_defaults=True)
     nodes = inv["nodes"]
@@ -454,7 +466,30 @@ def inventory(scenario: str, hosts: list[Host], endpoint_kinds: list[str], known
     inv.pop("sim", None)
     inv["scenario"] = scenario
     inv["lab"] = {"profile": "emulator", "known_hosts": str(known_hosts), "identity_file": str(key)}
+    if weights:  # the checkpoints in the hosts' weights directory, which the containers mount read-only
+        sc = catalog.get(scenario)
+        inv["model_path"] = f"{weights}/{Path(sc.model_path).name}"
+        if sc.dspark != "never":  # the draft checkpoint beside it (used when the scenario runs one)
+            inv["draft_model_path"] = f"{weights}/{Path(sc.draft_default).name}"
+        inv["mounts"] = [{"source": weights, "target": weights, "read_only": True}]
     return inv
+
+
+def _weights_dir(weights: str | None) -> str | None:
+    """``up --weights DIR``: a path an inventory mount takes, made on this machine as an empty mount point."""
+    if weights is None:
+        return None
+    from k3lab.model.inventory import mount_path_problem
+
+    if problem := mount_path_problem(weights):
+        raise InputError(f"k3lab labemu: --weights {weights!r} {problem}")
+    weights = weights.rstrip("/") or "/"
+    if not Path(weights).exists():
+        Path(weights).mkdir(parents=True)
+        Path(weights, ".k3lab-labemu").touch()  # ours: down removes it
+    elif not Path(weights).is_dir():
+        raise LabEmuError(f"--weights {weights}: not a directory on this machine")
+    return weights
 
 
 def endpoint_kinds(n: int, mode: str) -> list[str]:
@@ -479,7 +514,7 @@ def _clear_beyond(n: int) -> None:
         _log(f"removed what was left of emulated host(s) {', '.join(h.name for h in stale)} (no process runs)")
 
 
-def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path:
+def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed", weights: str | None = None) -> Path:
     from k3lab.model import catalog
 
     sc = catalog.get(scenario)
@@ -491,6 +526,9 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
         raise LabEmuError("at most 200 emulated hosts")
     hosts = [Host(i) for i in range(n)]
     _clear_beyond(n)
+    weights = _weights_dir(weights)
+    if _state().get("weights") != weights and any(h.alive() for h in hosts):
+        raise LabEmuError(f"the emulated hosts run with --weights {_state().get('weights')}; 'k3lab labemu down' first")
     kinds = endpoint_kinds(n, mode)
     t0 = time.monotonic()
     key = _client_key()
@@ -499,13 +537,13 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
 
     node_names = [nd.name for nd in siminventory.default(scenario).nodes]
     for h, name in zip(hosts, node_names):
-        _filesystem(h, name, sc.platform, client_pub)
+        _filesystem(h, name, sc.platform, client_pub, weights)
     _network(hosts)
     known = _state_dir() / "known_hosts"
-    inv = inventory(scenario, hosts, kinds, known, key)
+    inv = inventory(scenario, hosts, kinds, known, key, weights)
     _reserve_planned(hosts, inv)
     for h, kind in zip(hosts, kinds):
-        _start(h, tcp=kind == "tcp")
+        _start(h, tcp=kind == "tcp", weights=weights)
     for h in hosts:
         _wait_ready(h)
     builds = _builds(guide_images())
@@ -522,7 +560,7 @@ def up(nodes: int | None, scenario: str, out: Path, mode: str = "mixed") -> Path
     out.write_text(f"# k3lab labemu: {n} emulated hosts for {scenario} (profile emulator)\n" +
                    yaml.safe_dump(inv, sort_keys=False))
     (_state_dir() / "state.json").write_text(json.dumps({
-        "scenario": scenario, "inventory": str(out.resolve()), "known_hosts": str(known),
+        "scenario": scenario, "inventory": str(out.resolve()), "known_hosts": str(known), "weights": weights,
         "hosts": [{"index": h.index, "name": h.name, "node": nm, "ip": h.ip, "ns": h.ns, "endpoint": h.endpoint(k)}
                   for h, nm, k in zip(hosts, node_names, kinds)]}, indent=2))
     _log(f"{n} emulated hosts up in {time.monotonic() - t0:.1f}s; inventory {out}")
@@ -586,6 +624,7 @@ def _remove_host(h: Host) -> None:
 
 def down() -> int:
     hosts = _hosts_on_machine()
+    weights = _state().get("weights")
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -596,6 +635,8 @@ def down() -> int:
     _sh("ip", "link", "del", BRIDGE, check=False)
     if Path(ASCEND_DIR, ".k3lab-labemu").exists():
         shutil.rmtree(ASCEND_DIR, ignore_errors=True)
+    if weights and Path(weights, ".k3lab-labemu").exists() and [p.name for p in Path(weights).iterdir()] == [".k3lab-labemu"]:
+        shutil.rmtree(weights, ignore_errors=True)  # the empty mount point up made, never a directory with files
     for p in (_state_dir() / "state.json", _state_dir() / "known_hosts"):
         p.unlink(missing_ok=True)
     shutil.rmtree(_state_dir() / "logs", ignore_errors=True)
@@ -678,7 +719,7 @@ def _host_of(node: str) -> Host:
 def break_host(node: str, fault: str, model_dir: str) -> None:
     """Break one host's facts in place; ``repair`` (or ``up``) puts them back."""
     h = _host_of(node)
-    ck = h.root / "cache" / model_dir
+    ck = checkpoint_root(h, _state().get("weights")) / model_dir
     if fault == "no-config":
         (ck / "config.json").unlink(missing_ok=True)
     elif fault == "other-checkpoint":
@@ -736,7 +777,7 @@ def repair() -> None:
     client_pub = (_client_key().with_suffix(".pub")).read_text()
     hosts = [Host(int(h["index"])) for h in state["hosts"]]
     for h, info in zip(hosts, state["hosts"]):
-        _filesystem(h, info["node"], platform, client_pub)
+        _filesystem(h, info["node"], platform, client_pub, state.get("weights"))
     _reserve_planned(hosts, inv)
 
 
@@ -762,7 +803,7 @@ def cmd_labemu(args: argparse.Namespace) -> int:
         raise EnvError("k3lab labemu: needs root (network namespaces, engines, sshd)")
     try:
         if args.action == "up":
-            up(args.nodes, args.scenario, Path(args.out), args.endpoints)
+            up(args.nodes, args.scenario, Path(args.out), args.endpoints, getattr(args, "weights", None))
             return 0
         if args.action == "down":
             return down()

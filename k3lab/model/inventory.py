@@ -154,7 +154,7 @@ KERNEL_DIRS = ("/proc", "/sys", "/dev")
 MAX_MOUNTS = 32
 
 
-def _mount_path_problem(v: str) -> str | None:
+def mount_path_problem(v: str) -> str | None:
     """Why a mount path cannot be one (None when it can): absolute, one line, no '..' or '.', no ':'."""
     if not re.fullmatch(PATH_RE, v):
         return "must be an absolute path on one line without quotes, backslashes or '%'"
@@ -189,7 +189,7 @@ class HostMount(_Strict):
     def _path(cls, v: str | None, info):
         if v is None:
             return v
-        if problem := _mount_path_problem(v):
+        if problem := mount_path_problem(v):
             raise ValueError(f"mount {info.field_name} {v!r} {problem}")
         return v.rstrip("/") or "/"
 

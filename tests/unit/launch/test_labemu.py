@@ -9,12 +9,13 @@ from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
 
 
-def _inv(scenario="a3_pd_1m", mode="mixed"):
+def _inv(scenario="a3_pd_1m", mode="mixed", weights=None):
     from k3lab.model import siminventory
 
     n = len(siminventory.default(scenario).nodes)
     hosts = [labemu.Host(i) for i in range(n)]
-    raw = labemu.inventory(scenario, hosts, labemu.endpoint_kinds(n, mode), Path("/k/known_hosts"), Path("/k/id"))
+    raw = labemu.inventory(scenario, hosts, labemu.endpoint_kinds(n, mode), Path("/k/known_hosts"), Path("/k/id"),
+                           weights)
     return inventory.parse(raw)
 
 
@@ -112,3 +113,18 @@ def test_hosts_beyond_the_wanted_ones_that_still_run_are_refused(tmp_path, monke
                                                  r"'k3lab labemu down' first"):
         labemu._clear_beyond(4)
     assert labemu.Host(5).root.exists()  # nothing removed while another lab runs
+
+
+def test_weights_outside_root_cache_give_the_inventory_a_mount_and_preflight_clean():
+    """labemu up --weights /mnt/weights (issue #36 item 1): model and draft under it, one read-only mount."""
+    inv = _inv("a3_pd", weights="/mnt/weights")
+    assert inv.model_path == "/mnt/weights/Kimi-K3.1-Pro-w4a8"
+    assert inv.draft_model_path == "/mnt/weights/Kimi-K3.1-Pro-DSpark3"
+    assert [(m.source, m.container_path, m.read_only) for m in inv.mounts] == [("/mnt/weights", "/mnt/weights", True)]
+    r = render.build("a3_pd", inv, target="lab")
+    assert all("-v /mnt/weights:/mnt/weights:ro" in r.files[n.name]["docker_run.sh"] for n in r.plan.nodes)
+    assert not preflight.errors(preflight.run(r.plan, r.files))
+    assert "inventory-mounts" in {d.id for d in r.plan.deviations}
+    assert labemu.checkpoint_root(labemu.Host(0), "/mnt/weights").name == "weights"
+    assert labemu.checkpoint_root(labemu.Host(0), None).name == "cache"
+    assert _inv().mounts == [] and _inv().model_path is None  # without --weights: as before
