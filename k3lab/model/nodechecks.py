@@ -51,7 +51,7 @@ HOST_CHECKS = [
     _host("HST-CHECKPOINT", "model", "Every node MUST hold the checkpoint directory the scripts name, with the model "
           "configuration, tokenizer, image processor and weight index the guide lists.",
           "copy the complete checkpoint directory (same revision) to that path on the node, or to the "
-              "shared filesystem an inventory mounts entry names (the finding gives the host path)."),
+          "shared filesystem an inventory mounts entry names (the finding gives the host path)."),
     _host("HST-CHECKPOINT-SAME", "model", "Every node MUST hold the SAME checkpoint: config.json and the weight index "
           "hash alike on all nodes.",
           "copy the checkpoint from one source to every node (the odd node is named with its digest)."),
