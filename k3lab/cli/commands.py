@@ -13,10 +13,9 @@ from pathlib import Path
 
 from k3lab import formats, settings
 from k3lab.errors import CHECKS_FAILED, ENVIRONMENT, EnvError, UsageError
-from k3lab.launch import suite
+from k3lab.launch import prereq, suite
 from k3lab.launch.backends import LABEL, teardown
 from k3lab.launch.endpoints import (
-    LOCAL_ENDPOINT,
     ClientPool,
     SshOptions,
     describe,
@@ -174,8 +173,9 @@ def _run_endpoints(run: str) -> tuple[dict[str, str], SshOptions]:
     """Per node the endpoint a run used (its run-state.json), else the local engine."""
     if (settings.current().runs / run / runs.RUN_STATE).is_file():
         state = runs.run_state(settings.current().runs / run)
-        return dict(state.endpoints) or {"local": LOCAL_ENDPOINT}, SshOptions.from_dict(state.ssh)
-    return {"local": LOCAL_ENDPOINT}, SshOptions()
+        return dict(state.endpoints) or {"local": prereq.local_endpoint()}, SshOptions.from_dict(state.ssh)
+    # the kit host's engine as the sim and down --all see it: $DOCKER_HOST when set
+    return {"local": prereq.local_endpoint()}, SshOptions()
 
 
 def _fault(args: argparse.Namespace):
@@ -219,6 +219,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     state = runs.run_state(path.parent) if path.is_file() else None
     # a teardown that could not reach every host recorded the rest: finish those
     todo = dict(state.left) if state and state.left else endpoints
+    prereq.for_endpoints("k3lab down", todo.values())
     removed, left = teardown(ClientPool(ssh), args.run, todo)
     if state is not None:
         update = {"status": "down-incomplete" if left else "down", "left": left}
@@ -233,7 +234,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     endpoints, ssh = (_run_endpoints(run_id(args.run)) if args.run is not None
-                      else ({"local": LOCAL_ENDPOINT}, SshOptions()))
+                      else ({"local": prereq.local_endpoint()}, SshOptions()))
+    prereq.for_endpoints("k3lab status", endpoints.values())
     pool = ClientPool(ssh)
     flt = {"label": f"{LABEL}={args.run}" if args.run else LABEL}
     nodes_of: dict[str, list[str]] = {}

@@ -20,10 +20,14 @@ from k3lab.model.select import _kv, did_you_mean, load_inventory, scenario_id
 # static commands start fast), then append it to COMMANDS at the bottom of this file.
 
 
-def lazy(module: str, func: str):
-    """A handler that imports ``launchers.<module>`` only when its command runs."""
+def lazy(module: str, func: str, needs=None):
+    """A handler that imports ``<module>`` only when its command runs; ``needs(args)`` first checks the
+    machine's prerequisites (k3lab.launch.prereq), before that import: a missing engine or package is
+    reported in a fraction of a second, not after the live half's libraries have loaded."""
 
     def handler(args: argparse.Namespace) -> int:
+        if needs is not None:
+            needs(args)
         return getattr(importlib.import_module(module), func)(args)
 
     handler.__name__ = f"{module}.{func}"
@@ -40,6 +44,35 @@ def build(args: argparse.Namespace, target: str | None = None):
     tgt = select.target(args.scenario, target or getattr(args, "target", None), args.inventory)
     inv, name = load_inventory(args.scenario, args.inventory)
     return render.build(args.scenario, inv, _kv(args.option), tgt, inventory_name=name)
+
+
+def _needs_target(args: argparse.Namespace) -> None:
+    """up and cycle: the sim target's [sim] extra and engine."""
+    from k3lab.launch import prereq
+
+    prereq.for_target(f"k3lab {args.cmd}", args.scenario, args.target, args.inventory)
+
+
+def _needs_engine(args: argparse.Namespace) -> None:
+    """down --all: the kit host's own engine (down RUN and status check the endpoints they use)."""
+    if args.all and args.run is None:  # with a run id too it is a usage error, which the handler names
+        from k3lab.launch import prereq
+
+        prereq.for_endpoints("k3lab down --all", [prereq.local_endpoint()])
+
+
+def _needs_live_sim(args: argparse.Namespace) -> None:
+    """bench's live part: a sim bring-up."""
+    if not args.no_live:
+        from k3lab.launch import prereq
+
+        prereq.require("k3lab bench", *prereq.SIM)
+
+
+def _needs_labemu(args: argparse.Namespace) -> None:
+    from k3lab.launch import prereq
+
+    prereq.require(f"k3lab labemu {args.action}", *prereq.LABEMU_ACTION[args.action])
 
 
 # ------------------------------------------------------------------------------ static commands
@@ -167,11 +200,26 @@ def cmd_faults(args: argparse.Namespace) -> int:
             raise UsageError(did_you_mean(fid, faults.CATALOG, "fault id") + "; see k3lab faults --list")
     if args.static_only and args.id and all(faults.CATALOG[i].kind != "static" for i in args.id):
         raise UsageError(f"--static-only with only live fault ids ({', '.join(args.id)}): nothing would run")
+    _require_fault_rows(args, faults.CATALOG.values())
     from pathlib import Path
 
     rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.json) if args.json else None)
     formats.emit(args, {"rows": rows}, lambda doc: faults.print_table(doc["rows"]))
     return errors.OK if all(r["verdict"] in ("ok", "skipped") for r in rows) else errors.CHECKS_FAILED
+
+
+def _require_fault_rows(args: argparse.Namespace, catalog) -> None:
+    """What the selected live and lab rows run on, checked before the first row starts."""
+    from k3lab.launch import prereq
+
+    if args.static_only:
+        return
+    kinds = {f.kind for f in catalog if not args.id or f.id in args.id}
+    # without root the lab and host rows are reported as skipped (the matrix runs where it can); as root,
+    # what the emulated lab needs beyond root is checked up front like the live rows' engine
+    emulated = prereq.LABEMU if kinds & {"lab", "host"} and os.geteuid() == 0 else ()
+    checks = [*(prereq.SIM if "live" in kinds else ()), *emulated]
+    prereq.require("k3lab faults", *dict.fromkeys(checks))  # the [sim] extra once when both need it
 
 
 def _print_fault_list(doc: dict) -> None:
@@ -280,7 +328,7 @@ def _add_bench(sub) -> None:
     p.add_argument("--scenario", action="append", metavar="SCENARIO",
                    help="scenario for the live part (repeatable; default a3_pd_1m and k3_a3_pd)")
     p.add_argument("--no-live", action="store_true", help="render and preflight only (no Docker)")
-    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_bench"))
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_bench", needs=_needs_live_sim))
 
 
 def _bring_up_parser(sub, name: str, summary: str, keep: str, *own) -> None:
@@ -294,7 +342,7 @@ def _bring_up_parser(sub, name: str, summary: str, keep: str, *own) -> None:
         p.add_argument(flag, **kwargs)
     _strict_arg(p)
     _pull_arg(p)
-    p.set_defaults(fn=lazy("k3lab.cli.commands", f"cmd_{name}"))
+    p.set_defaults(fn=lazy("k3lab.cli.commands", f"cmd_{name}", needs=_needs_target))
 
 
 def _add_up(sub) -> None:
@@ -339,14 +387,14 @@ def _add_labemu(sub) -> None:
     p.add_argument("--weights", metavar="DIR", help="up: keep each host's checkpoints in DIR (e.g. /mnt/weights) "
                    "instead of /root/.cache, and give the inventory a read-only mounts entry for it and model_path "
                    "under it (a lab's shared weights outside /root/.cache)")
-    p.set_defaults(fn=lazy("k3lab.launch.labemu", "cmd_labemu"))
+    p.set_defaults(fn=lazy("k3lab.launch.labemu", "cmd_labemu", needs=_needs_labemu))
 
 
 def _add_down(sub) -> None:
     p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (k3lab status)")
     p.add_argument("--all", action="store_true", help="every k3lab run on the local engine")
-    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_down"))
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_down", needs=_needs_engine))
 
 
 def _add_status(sub) -> None:

@@ -799,8 +799,6 @@ def _break_or_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_labemu(args: argparse.Namespace) -> int:
-    if os.geteuid() != 0:
-        raise EnvError("k3lab labemu: needs root (network namespaces, engines, sshd)")
     try:
         if args.action == "up":
             up(args.nodes, args.scenario, Path(args.out), args.endpoints, getattr(args, "weights", None))

@@ -330,12 +330,23 @@ def cmd_release(args) -> int:
         raise UsageError(f"--target {args.target} needs --inventory SCENARIO=FILE for {', '.join(missing)}")
     inject = _pairs(args.inject, "--inject")
     _check_injections(inject, scenarios, args.target)
+    if not args.static_only:
+        _require_live(args.target, inventories)
     out = Path(args.out) if args.out else settings.current().releases / time.strftime("%Y%m%d-%H%M%S")
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
                       str(args.policy or "default"), args.strict)
     formats.emit(args, doc, lambda d: _print_summary(d, out))
     return gate.EXIT[doc["overall"]]
+
+
+def _require_live(target: str, inventories: dict[str, str]) -> None:
+    """The sim cycles' [sim] extra and engine, before the first cycle starts (a lab's engines are its nodes')."""
+    from k3lab.launch import prereq
+
+    if targetkinds.kind(target).simulated:
+        # the local engine when the cycles use it: a sim inventory names its own engine
+        prereq.require("k3lab release", prereq.sim_extra, *([prereq.docker_engine] if not inventories else []))
 
 
 def _check_injections(inject: dict[str, str], scenarios: list[str], target: str) -> None:

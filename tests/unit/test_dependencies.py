@@ -100,5 +100,5 @@ def test_a_missing_sim_extra_is_an_environment_error(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
-    with pytest.raises(EnvError, match=r"needs uvicorn.*pip install 'k3lab\[sim\]'"):
+    with pytest.raises(EnvError, match=r"\[sim\] extra \(uvicorn not installed.*pip install 'k3lab\[sim\]'"):
         image.build_tar()

@@ -11,7 +11,6 @@ is a hash of everything that goes in, so a rebuild happens only when something c
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import sys
 import tarfile
@@ -22,7 +21,7 @@ import docker
 from docker.types import Mount
 
 from k3lab import paths
-from k3lab.errors import EnvError
+from k3lab.launch import prereq
 from k3lab.launch.endpoints import local_client
 from k3lab.launch.simimage import vllm_ascend
 from k3lab.render import profiles
@@ -112,16 +111,11 @@ def _stand_ins(fs: _RootFS) -> None:
             fs.file(rel, path.read_bytes(), path.stat().st_mode & 0o777)
 
 
-# What the image's interpreter (the kit's own) must import beyond the kit's dependencies: the real
-# vllm-ascend proxy's (its header: pip install fastapi<0.124.0 httpx uvicorn). The ``sim`` extra.
-SIM_EXTRA = ("fastapi", "uvicorn")
+SIM_EXTRA = prereq.SIM_EXTRA  # what the image's interpreter (the kit's own) imports beyond the kit's dependencies
 
 
 def require_sim_extra() -> None:
-    missing = [name for name in SIM_EXTRA if importlib.util.find_spec(name) is None]
-    if missing:
-        raise EnvError(f"the simulator runs the real vllm-ascend proxy, which needs {', '.join(missing)}; "
-                       "remedy: pip install 'k3lab[sim]' (in a checkout: pip install -e '.[sim]')")
+    prereq.require("the simulator image", prereq.sim_extra)
 
 
 def build_tar(vllm_ascend_version: str = vllm_ascend.K3) -> tuple[bytes, str]:
