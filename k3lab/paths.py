@@ -18,3 +18,11 @@ GOLDEN = DATA / "golden"
 CONFORMANCE = DATA / "conformance"  # the suite: conftest.py, test_*.py, the opt-in modules
 SIM = DATA / "launchers" / "sim"  # the simulator image's contents: the k3sim package and rootfs/
 POLICIES = PACKAGE / "model" / "policies"
+
+STDIN = "-"  # an input path that means standard input (``-i -``)
+STDIN_NAME = "<stdin>"  # what messages, plan.json and RUNBOOK.md call it
+
+
+def source_name(path: object) -> str:
+    """How messages and the plan name an input: its path, or ``<stdin>``."""
+    return STDIN_NAME if str(path) == STDIN else str(path)

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from k3lab import paths
 from k3lab.errors import InputError
 from k3lab.model import hints, validation
 from k3lab.model.accept import AcceptedFinding
@@ -488,14 +489,15 @@ def parse(data: object, source: str = "inventory", lines=None) -> Inventory:
 
 
 def load(path: str | Path) -> Inventory:
-    """Read an inventory file with the size, nesting and duplicate-key checks of ``k3lab.model.safeyaml``."""
+    """Read an inventory file (``-``: standard input) with the size, nesting and duplicate-key checks of
+    ``k3lab.model.safeyaml``."""
     from k3lab.model import safeyaml
 
     try:
         data, lines = safeyaml.load(path, "inventory")
     except InputError as exc:
         raise InventoryError(str(exc)) from None
-    return parse(data, str(path), lines)
+    return parse(data, paths.source_name(path), lines)
 
 
 def json_schema() -> dict:

@@ -11,15 +11,18 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 
 import yaml
 
 from k3lab.errors import InputError
+from k3lab.paths import STDIN, STDIN_NAME, source_name
 
 MAX_BYTES = 1 << 20  # 1 MiB: the largest real inventory (16 nodes, comments) is about 4 KiB
 MAX_DEPTH = 32
@@ -101,13 +104,33 @@ def _loader(lines: Lines, source: str):
     return Loader
 
 
+@functools.cache
+def _stdin_bytes(max_bytes: int) -> bytes:
+    # read once per process: a command may load its inventory more than once (preflight, render)
+    return sys.stdin.buffer.read(max_bytes + 1)  # never past the cap, as a file
+
+
+def read_stdin(what: str, max_bytes: int = MAX_BYTES) -> str:
+    """Standard input's text under the file reader's cap; a terminal or an empty input is refused
+    (a terminal would wait for typing nobody means to do)."""
+    usage = f"pipe the {what} in, as in: -i - < lab.yaml"
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InputError(f"{STDIN_NAME}: standard input is a terminal; {usage}")
+    raw = _stdin_bytes(max_bytes)
+    if not raw.strip():
+        raise InputError(f"{STDIN_NAME}: standard input is empty; {usage}")
+    return decode(raw, STDIN_NAME, what, max_bytes)
+
+
 def read_capped(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
     """The text of a small input file: never a FIFO or socket (it would block), never past
     ``max_bytes`` (a sparse file is refused by its size, /dev/zero by the capped read); every
-    problem is an InputError naming the file and the reason."""
+    problem is an InputError naming the file and the reason. ``-`` is standard input, under the same cap."""
     text_path = str(path)
     if text_path.strip() == "":
         raise InputError(f"{what}: empty path; give the {what} file")
+    if text_path == STDIN:
+        return read_stdin(what, max_bytes)
     p = Path(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on what was opened
@@ -144,7 +167,9 @@ def _check_type(st: os.stat_result, p: Path, what: str, max_bytes: int) -> None:
         raise InputError(f"{p}: is a directory; give the {what} file")
     if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):  # would wait for a writer that may never come
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket"
-        raise InputError(f"{p}: {what} file is {kind}; give a regular file")
+        # '-' reads standard input, which the caller's shell connects: nothing to wait for here
+        other = ", or pipe it to standard input (-i - < lab.yaml)" if what == "inventory" else ""
+        raise InputError(f"{p}: {what} file is {kind}; give a regular file{other}")
     # a character device (/dev/zero) has no size: the capped read refuses one that never ends
     if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:  # a sparse file's size, before a byte is read
         raise InputError(f"{p}: {what} file is {st.st_size} bytes; the limit is {max_bytes} bytes")
@@ -220,4 +245,4 @@ def loads(text: str, source: str, max_depth: int = MAX_DEPTH, max_events: int = 
 def load(path: str | Path, what: str = "inventory", max_bytes: int = MAX_BYTES,
          max_depth: int = MAX_DEPTH) -> tuple[object, Lines]:
     """Read and parse one untrusted YAML file with every cap; errors are InputError (exit code 2)."""
-    return loads(read_capped(path, what, max_bytes), str(path), max_depth)
+    return loads(read_capped(path, what, max_bytes), source_name(path), max_depth)

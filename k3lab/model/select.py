@@ -5,6 +5,7 @@ Kept light: the CLI imports it at start-up.
 """
 from __future__ import annotations
 
+from k3lab import paths
 from k3lab.errors import UsageError
 from k3lab.model import targetkinds
 from k3lab.model.hints import hint
@@ -48,7 +49,7 @@ def target(scenario: str, target: str | None, inventory: str | None) -> str:
 def load_inventory(scenario: str, path: str | None):
     from k3lab.model import inventory, siminventory
 
-    if path is not None:
-        return inventory.load(path), str(path)
+    if path is not None:  # '-': standard input, recorded as <stdin> (plan.json, RUNBOOK.md)
+        return inventory.load(path), paths.source_name(path)
     return siminventory.default(scenario), siminventory.name()
 

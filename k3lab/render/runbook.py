@@ -14,6 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from k3lab import paths
 from k3lab.model import targetkinds
 from k3lab.model.plan import Gate, NodePlan, Plan, Process, Stage
 from k3lab.render import stepzero
@@ -262,7 +263,7 @@ def text(plan: Plan) -> str:
     out = env.from_string(_TEMPLATE).render(
         plan=plan, kind=kind, nodes=nodes, stages=stages, target_words=kind.description, step0=step0,
         node_names=[n.name for n in plan.nodes], start_marker=START_MARKER,
-        inventory_arg=f" -i {shlex.quote(plan.inventory)}" if kind.needs_inventory else "",
+        inventory_arg=_inventory_arg(plan) if kind.needs_inventory else "",
         addresses=", ".join(n.address for n in plan.nodes), nics=", ".join(sorted({n.nic for n in plan.nodes})),
         images=", ".join(sorted({n.container.image for n in plan.nodes})),
         key_note=any(p.kind in ("engine", "launcher", "proxy") for p in procs.values()))
@@ -282,3 +283,10 @@ class StartCommand:
 def start_commands(text: str) -> list[StartCommand]:
     """Every start command of a RUNBOOK's step 2, in its order (stage by stage), found by its marker."""
     return [StartCommand(int(m.group(1)), m.group(2), m.group(3), m.group(4).strip()) for m in _START.finditer(text)]
+
+
+def _inventory_arg(plan: Plan) -> str:
+    """``-i FILE`` as the render read it; an inventory read from standard input is piped in again."""
+    if plan.inventory == paths.STDIN_NAME:
+        return f" -i {paths.STDIN} < lab.yaml"
+    return f" -i {shlex.quote(plan.inventory)}"

@@ -314,6 +314,14 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _inventories(items: list[str]) -> dict[str, str]:
+    inventories = _pairs(items, "--inventory")
+    if piped := [sid for sid, path in inventories.items() if path == "-"]:
+        # each cycle is its own process, which reads its inventory again: standard input is read only once
+        raise UsageError(f"--inventory {piped[0]}=-: a release reads each inventory in its cycles; give a file")
+    return inventories
+
+
 def cmd_release(args) -> int:
     policy = load_policy(args.policy)  # a PolicyError is an input error: exit 2 with the field named
     if args.jobs is not None and not 1 <= args.jobs <= 32:
@@ -324,7 +332,7 @@ def cmd_release(args) -> int:
 
     for sid in scenarios:
         scenario_id(sid)  # unknown ids: a usage error with a did-you-mean
-    inventories = _pairs(args.inventory, "--inventory")
+    inventories = _inventories(args.inventory)
     missing = [s for s in scenarios if s not in inventories]
     if targetkinds.kind(args.target).needs_inventory and missing and not args.static_only:
         raise UsageError(f"--target {args.target} needs --inventory SCENARIO=FILE for {', '.join(missing)}")
