@@ -62,7 +62,7 @@ for _name, _doc, _command in [
      ["pytest", "tests/unit/render/test_golden.py"]),
     ("bench", "Benchmarks, written as JSON to build/bench.json.", ["k3lab", "bench", "--out", "build/bench.json"]),
     ("faults", "The fault matrix: every catalogued fault caught by exactly its intended checks (static + live).",
-     ["k3lab", "faults", "--json", "build/faults.json"]),
+     ["k3lab", "faults", "--out", "build/faults.json"]),
 ]:
     nox.session(name=_name)(_command_session(_doc, *_command))
 

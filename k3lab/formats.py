@@ -18,12 +18,13 @@ SCHEMAS = Path(__file__).resolve().parent / "schemas"
 
 
 def add(p: argparse.ArgumentParser, *, json_alias: bool = False, choices: tuple[str, ...] = FORMATS) -> None:
-    """``--format`` on a command's parser; ``json_alias`` keeps an older ``--json`` flag as ``--format json``."""
+    """``--format`` on a command's parser; ``json_alias`` keeps an older ``--json`` flag as ``--format json``
+    (deprecated: accepted, not advertised beyond its help line)."""
     p.add_argument("--format", choices=choices, default=choices[0],
                    help=f"output on stdout: {' | '.join(choices)} (default {choices[0]}; the JSON's shape is "
                         f"k3lab/schemas/{p.prog.split()[-1]}*.json)")
     if json_alias:
-        p.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+        p.add_argument("--json", dest="format", action="store_const", const="json", help="deprecated spelling of --format json")
 
 
 def emit(args: argparse.Namespace, doc: Any, text: Callable[[Any], None]) -> None:
@@ -54,3 +55,18 @@ def log(prefix: str, msg: str, level: int = 0) -> None:
         import time
 
         print(f"[{prefix} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ticker(prefix: str, every_s: float = 2.0) -> Callable[[str], None]:
+    """``tick(msg)`` logs ``msg`` as a progress line when ``every_s`` seconds passed since the last one: a long
+    loop calls it at each item and stderr shows it is alive at least every ``every_s`` without a line per item."""
+    import time
+
+    last = [time.monotonic()]
+
+    def tick(msg: str) -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            log(prefix, msg)
+
+    return tick

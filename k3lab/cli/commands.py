@@ -264,4 +264,6 @@ def _print_status(doc: dict) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from k3lab.tools import bench
 
-    return bench.main(args.out, args.scenario or ["a3_pd_1m", "k3_a3_pd"], not args.no_live)
+    doc = bench.measure(args.out, args.scenario or ["a3_pd_1m", "k3_a3_pd"], not args.no_live)
+    formats.emit(args, doc, bench.print_summary)
+    return 0

@@ -203,7 +203,7 @@ def cmd_faults(args: argparse.Namespace) -> int:
     _require_fault_rows(args, faults.CATALOG.values())
     from pathlib import Path
 
-    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.json) if args.json else None)
+    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.out) if args.out else None)
     formats.emit(args, {"rows": rows}, lambda doc: faults.print_table(doc["rows"]))
     return errors.OK if all(r["verdict"] in ("ok", "skipped") for r in rows) else errors.CHECKS_FAILED
 
@@ -316,8 +316,9 @@ def _add_faults(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the fault ids (static, live, lab, host) and exit")
     p.add_argument("--id", action="append", metavar="FAULT", help="only this fault id (repeatable; see --list)")
     p.add_argument("--static-only", action="store_true", help="only the static rows (no Docker)")
-    p.add_argument("--json", metavar="FILE", help="also write the rows to FILE and a Markdown table beside it (FILE with "
-                   ".md) as they come; nox -s faults writes build/faults.json and build/faults.md")
+    p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (JSON) and a Markdown table beside it "
+                   "(FILE with .md) as they come; nox -s faults writes build/faults.json and build/faults.md")
+    p.add_argument("--json", dest="out", metavar="FILE", help="deprecated spelling of --out FILE")
     formats.add(p)
     p.set_defaults(fn=cmd_faults)
 
@@ -328,6 +329,7 @@ def _add_bench(sub) -> None:
     p.add_argument("--scenario", action="append", metavar="SCENARIO",
                    help="scenario for the live part (repeatable; default a3_pd_1m and k3_a3_pd)")
     p.add_argument("--no-live", action="store_true", help="render and preflight only (no Docker)")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_bench", needs=_needs_live_sim))
 
 
@@ -443,7 +445,7 @@ def _add_triage(sub) -> None:
                               "line when none matched), 2 bad input (missing, not a directory, unreadable, no "
                               "readable log in it); .gz logs are read, skipped files are listed")
     p.add_argument("dir", metavar="DIR", help="run directory (runs/<id>) or folder of logs, one folder per node")
-    p.add_argument("--json", action="store_true", help="the whole diagnosis as JSON")
+    formats.add(p, json_alias=True)
     p.add_argument("--all", action="store_true", help="every cause that matched, not only the first three")
     p.set_defaults(fn=lazy("k3lab.diagnosis.triage", "cmd_triage"))
 
@@ -455,6 +457,7 @@ def _add_baseline(sub) -> None:
     p.add_argument("--out", metavar="FILE", help="baseline file (default fixtures/baselines/<scenario>.json)")
     p.add_argument("--threshold", type=float, default=None, help="threshold stored in the baseline (default 0.97)")
     p.add_argument("--force", action="store_true", help="replace an existing baseline file")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.tools.baseline", "cmd_baseline"))
 
 
@@ -484,6 +487,7 @@ def _add_report(sub) -> None:
                        "artefacts, with the gate's verdict (no Docker)")
     p.add_argument("run", metavar="RUN", help="run directory (runs/<run>)")
     p.add_argument("--policy", metavar="FILE", help="gate policy (default: the kit's)")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.reports.runreports", "cmd_report"))
 
 

@@ -8,10 +8,9 @@ files not read (not a log, binary, unreadable) are listed with why.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from k3lab import errors
+from k3lab import errors, formats
 from k3lab.diagnosis.codes import describe
 from k3lab.diagnosis.engine import Diagnosis, Finding, diagnose
 
@@ -73,14 +72,15 @@ def _no_log(d: Diagnosis) -> str | None:
     return f"{d.root}: no readable log{why}; give a run directory or a folder of logs, one folder per node"
 
 
+def _print(d: Diagnosis, every: bool) -> None:
+    print("\n".join(text(d, limit=len(d.findings) if every else 3)))
+    if d.findings:
+        print(f"looked at {_where_looked(d)}")
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
     d = diagnose(Path(args.dir))
     if (why := _no_log(d)) is not None:
         raise errors.InputError(why)
-    if args.json:
-        print(json.dumps(d.as_dict(), indent=2))
-    else:
-        print("\n".join(text(d, limit=len(d.findings) if args.all else 3)))
-        if d.findings:
-            print(f"looked at {_where_looked(d)}")
+    formats.emit(args, d.as_dict(), lambda _: _print(d, args.all))
     return errors.CHECKS_FAILED if d.failed else errors.OK

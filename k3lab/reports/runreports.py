@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from k3lab import formats
 from k3lab.errors import InputError
 from k3lab.model import policy as policies
 from k3lab.reports import gate, report
@@ -30,6 +31,7 @@ def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Pa
 
 def cmd_report(args) -> int:
     """``k3lab report RUN [--policy FILE]``."""
-    for kind, path in rebuild(args.run, args.policy).items():
-        print(f"{kind}: {path}")
+    written = rebuild(args.run, args.policy)
+    formats.emit(args, {"run": str(args.run), "reports": {kind: str(path) for kind, path in written.items()}},
+                 lambda doc: print("\n".join(f"{kind}: {path}" for kind, path in doc["reports"].items())))
     return 0

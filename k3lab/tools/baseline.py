@@ -15,7 +15,7 @@ import json
 import shlex
 from pathlib import Path
 
-from k3lab import outputs, paths
+from k3lab import formats, outputs, paths
 from k3lab.conform import benchparse
 from k3lab.errors import UsageError
 from k3lab.launch import versions
@@ -122,5 +122,6 @@ def cmd_baseline(args) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out = outputs.check_file(out, args.force, flag="baseline")
     outputs.write_file(out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    print(f"baseline for {sid}: {', '.join(f'{k}={v:g}' for k, v in doc['metrics'].items())} -> {out}")
+    formats.emit(args, {"scenario": sid, "metrics": doc["metrics"], "out": str(out)},
+                 lambda d: print(f"baseline for {sid}: {', '.join(f'{k}={v:g}' for k, v in d['metrics'].items())} -> {out}"))
     return 0

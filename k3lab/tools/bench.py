@@ -14,10 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from k3lab import settings
+from k3lab import formats, settings
 from k3lab.launch import suite
 from k3lab.model import catalog, runs, siminventory
 from k3lab.preflight import checks as preflight
@@ -58,7 +59,8 @@ def cli_processes(repeat: int = 3) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run(cmd + ["list"], env=env, capture_output=True, timeout=120)
     rounds: list[dict[str, Any]] = []
-    for _ in range(repeat):
+    tick = formats.ticker("bench")
+    for n in range(1, repeat + 1):
         out = Path(tempfile.mkdtemp(prefix="k3lab-bench-"))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         per: dict[str, float] = {}
@@ -69,6 +71,7 @@ def cli_processes(repeat: int = 3) -> dict:
                     t = time.perf_counter()
                     res = subprocess.run(cmd + args, env=env, capture_output=True, timeout=120)
                     per[f"{args[0]} {sid}"] = round(time.perf_counter() - t, 4)
+                    tick(f"  round {n}/{repeat}: {len(per)}/{2 * len(catalog.SCENARIOS)} processes")
                     if res.returncode != 0:
                         raise RuntimeError(f"k3lab {' '.join(args)} exited {res.returncode}: {res.stderr.decode()[-500:]}")
         finally:
@@ -80,9 +83,11 @@ def cli_processes(repeat: int = 3) -> dict:
                        "per_process_s": per})
     best = min(rounds, key=lambda r: r["wall_s"])
     # the floor on this machine right now: the same number of interpreters that only import pydantic and yaml
+    formats.log("bench", f"  the floor: {2 * len(catalog.SCENARIOS)} interpreters importing pydantic and yaml")
     t0 = time.perf_counter()
-    for _ in range(2 * len(catalog.SCENARIOS)):
+    for n in range(1, 2 * len(catalog.SCENARIOS) + 1):
         subprocess.run([sys.executable, "-c", "import yaml; from pydantic import BaseModel"], env=env, timeout=60)
+        tick(f"  the floor: {n}/{2 * len(catalog.SCENARIOS)} interpreters")
     floor = time.perf_counter() - t0
     return {"processes": 2 * len(catalog.SCENARIOS), "target_s": CLI_TARGET_S, "best_wall_s": best["wall_s"],
             "meets_target": best["wall_s"] < CLI_TARGET_S,
@@ -340,9 +345,10 @@ def diagnosis(repeat: int = 3) -> dict:
         size = sum(p.stat().st_size for p in root.rglob("*.log"))
         times, cpu, top = [], [], None
         before = resource.getrusage(resource.RUSAGE_SELF)
-        for _ in range(repeat):
+        for n in range(1, repeat + 1):
             t, c = time.perf_counter(), time.process_time()
             d = diagnose(root)
+            formats.log("bench", f"  round {n}/{repeat}: {time.perf_counter() - t:.1f}s")
             times.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
             top = d.top
@@ -360,34 +366,70 @@ def diagnosis(repeat: int = 3) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def main(out: str, scenarios: list[str], with_live: bool) -> int:
+def _step(what: str, fn: Callable[[], Any]) -> Any:
+    """One step of the benchmark, announced on stderr before it starts and timed when it ends: no step
+    over 2 s runs silently (the in-process render alone takes seconds; the CLI processes about 15)."""
+    formats.log("bench", f"{what} ...")
+    t = time.perf_counter()
+    result = fn()
+    formats.log("bench", f"{what}: done in {time.perf_counter() - t:.1f}s")
+    return result
+
+
+def measure(out: str, scenarios: list[str], with_live: bool) -> dict[str, Any]:
+    """Every benchmark, the whole document written to ``out``; returns the summary the CLI prints."""
     doc: dict[str, Any] = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
            "targets": {"render_preflight_all_twelve_s": "well under 1",
                        "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
-                       "k3_a3_pd_up_s": 30, "engine_rss_mb": 60, "diagnosis_17_nodes_100_mb_s": DIAGNOSIS_TARGET_S},
-           "render_preflight": render_preflight(), "cli_render_preflight": cli_processes(), "diagnosis": diagnosis()}
+                       "k3_a3_pd_up_s": 30, "engine_rss_mb": 60, "diagnosis_17_nodes_100_mb_s": DIAGNOSIS_TARGET_S}}
+    doc["render_preflight"] = _step("render + preflight of all twelve scenarios in-process, 5 rounds", render_preflight)
+    doc["cli_render_preflight"] = _step(f"{2 * len(catalog.SCENARIOS)} k3lab render/preflight processes, 3 rounds",
+                                        cli_processes)
+    doc["diagnosis"] = _step("diagnosis of a 17-node run with 100 MB of logs, 3 rounds", diagnosis)
     if with_live:
-        doc["scenarios"] = {sid: live(sid) for sid in scenarios}
+        doc["scenarios"] = {sid: _step(f"live cycle of {sid} on the simulator", lambda sid=sid: live(sid))
+                            for sid in scenarios}
         doc["targets"]["lab_a3_pd_1m_cycle_s"] = 60
         doc["targets"]["exec_round_trips_per_node"] = 10
         doc["targets"]["lab_a3_pd_1m_stages_s"] = STAGES_TARGET_S
-        doc["lab_a3_pd_1m"] = lab_cycle("a3_pd_1m")
+        doc["lab_a3_pd_1m"] = _step("emulated-lab cycle of a3_pd_1m", lambda: lab_cycle("a3_pd_1m"))
         doc["targets"]["lab_fail_fast_s"] = 60
-        doc["lab_fail_fast_a3_pd_1m"] = lab_fail_fast("a3_pd_1m")
+        doc["lab_fail_fast_a3_pd_1m"] = _step("emulated-lab fail-fast faults", lambda: lab_fail_fast("a3_pd_1m"))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=2))
+    return summary(doc, out)
+
+
+def summary(doc: dict[str, Any], out: str) -> dict[str, Any]:
+    """What ``k3lab bench`` prints: the headline figures of ``doc`` (the whole document is in ``out``)."""
     cli = doc["cli_render_preflight"]
-    print(json.dumps({"render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
-                      "cli_render_preflight_24_processes": {k: cli[k] for k in (
-                          "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
-                          "load_average")},
-                      "diagnosis_17_nodes_100_mb": {k: doc["diagnosis"][k] for k in (
-                          "best_s", "best_cpu_s", "meets_target", "judged_on", "preempted", "top",
-                          "load_average")},
-                      **{sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
-                         for sid, r in doc.get("scenarios", {}).items()},
-                      "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
-                                       if k in ("cycle_s", "up_s", "stages_s", "stages_meet_target",
-                                                "exec_round_trips_max", "load_average", "skipped")},
-                      "lab_fail_fast_a3_pd_1m": doc.get("lab_fail_fast_a3_pd_1m")}, indent=2))
-    return 0
+    return {"out": str(out), "live": "scenarios" in doc,
+            "render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
+            "cli_render_preflight_24_processes": {k: cli[k] for k in (
+                "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
+                "load_average")},
+            "diagnosis_17_nodes_100_mb": {k: doc["diagnosis"][k] for k in (
+                "best_s", "best_cpu_s", "meets_target", "judged_on", "preempted", "top", "load_average")},
+            "scenarios": {sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
+                          for sid, r in doc.get("scenarios", {}).items()},
+            "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
+                             if k in ("cycle_s", "up_s", "stages_s", "stages_meet_target", "exec_round_trips_max",
+                                      "load_average", "skipped")},
+            "lab_fail_fast_a3_pd_1m": doc.get("lab_fail_fast_a3_pd_1m")}
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    """The summary for people (``--format json`` prints it as JSON)."""
+    cli, diag = s["cli_render_preflight_24_processes"], s["diagnosis_17_nodes_100_mb"]
+    print(f"render + preflight, all twelve in-process: {s['render_preflight_all_twelve_s']:.3f}s (median)")
+    print(f"24 CLI processes: best {cli['best_wall_s']}s wall, {cli['best_cpu_s']}s CPU (target < {CLI_TARGET_S:g}s: "
+          f"{'met' if cli['meets_target'] else 'NOT met'}; floor {cli['floor_import_pydantic_yaml_s']}s)")
+    print(f"diagnosis, 17 nodes / 100 MB: best {diag['best_s']:.2f}s wall, {diag['best_cpu_s']:.2f}s CPU, judged on "
+          f"{diag['judged_on']} (target < {DIAGNOSIS_TARGET_S:g}s: {'met' if diag['meets_target'] else 'NOT met'}); "
+          f"top {diag['top']}")
+    for sid, r in s["scenarios"].items():
+        print(f"{sid}: up {r['up_s']}s, cycle {r['cycle_s']}s, floor {r['floor_s']}s")
+    for key in ("lab_a3_pd_1m", "lab_fail_fast_a3_pd_1m"):
+        if s.get(key):
+            print(f"{key}: {json.dumps(s[key])}")
+    print(f"the whole document: {s['out']}" + ("" if s["live"] else " (--no-live: no live part)"))
