@@ -389,6 +389,7 @@ def _add_labemu(sub) -> None:
     p.add_argument("--weights", metavar="DIR", help="up: keep each host's checkpoints in DIR (e.g. /mnt/weights) "
                    "instead of /root/.cache, and give the inventory a read-only mounts entry for it and model_path "
                    "under it (a lab's shared weights outside /root/.cache)")
+    formats.add(p)
     p.set_defaults(fn=lazy("k3lab.launch.labemu", "cmd_labemu", needs=_needs_labemu))
 
 

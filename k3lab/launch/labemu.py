@@ -798,6 +798,14 @@ def _break_or_repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_status(doc: dict) -> None:
+    if not doc["hosts"]:
+        print("no emulated hosts")
+    for r in doc["hosts"]:
+        print(f"{r['host']:4} {r['node']:6} {r['ip']:12} {r['endpoint']:28} engine {r['engine']:4} "
+              f"sshd {r['sshd']:4} {r['containers']}")
+
+
 def cmd_labemu(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
@@ -807,12 +815,7 @@ def cmd_labemu(args: argparse.Namespace) -> int:
             return down()
         if args.action in ("break", "repair"):
             return _break_or_repair(args)
-        rows = status()
-        if not rows:
-            print("no emulated hosts")
-        for r in rows:
-            print(f"{r['host']:4} {r['node']:6} {r['ip']:12} {r['endpoint']:28} engine {r['engine']:4} "
-                  f"sshd {r['sshd']:4} {r['containers']}")
+        formats.emit(args, {"hosts": status()}, _print_status)
         return 0
     except LabEmuError as exc:
         print(f"k3lab labemu: {exc}", file=sys.stderr)
