@@ -1,7 +1,6 @@
 """k3lab: render, preflight and (with a target) bring the deployment guides' scenarios up and down.
 
-Commands that need no Docker engine: list, render, preflight, checks, schema, init, faults --static-only,
-bench --no-live. Everything else talks to a Docker engine (sim) or to each node's endpoint (lab).
+Which commands need a Docker engine is NO_DOCKER below; the help, the README and the docs show it.
 """
 from __future__ import annotations
 
@@ -518,6 +517,40 @@ COMMANDS = [_add_list, _add_render, _add_preflight, _add_schema, _add_init, _add
             _add_policy, _add_report, _add_completion, _add_triage, _add_checks, _add_env]
 _BY_NAME = {add.__name__.removeprefix("_add_"): add for add in COMMANDS}
 
+# The one list of what runs without a Docker engine: a command, or (a tuple) only with one of those arguments.
+# Bare k3lab's help prints it (no_docker_text), the README and docs/index.md say the same words
+# (tests/unit/cli/test_no_docker.py compares them) and tests/unit/test_readme.py runs their commands by it.
+NO_DOCKER: dict[str, tuple[str, ...] | None] = {
+    "list": None, "render": None, "preflight": None, "schema": None, "init": None, "checks": None, "env": None,
+    "faults": ("--list", "--static-only"), "bench": ("--no-live",), "release": ("--static-only",),
+    "compare": None, "baseline": None, "policy": None, "triage": None, "report": None, "completion": None,
+}
+
+
+def needs_docker(argv: list[str]) -> bool:
+    """Whether ``k3lab ARGV`` talks to a Docker engine (the local one, or each lab node's), by NO_DOCKER."""
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    if cmd is None or cmd not in _BY_NAME:
+        return False  # bare k3lab, --help, --version, a typo: nothing runs
+    if cmd not in NO_DOCKER:
+        return True
+    only = NO_DOCKER[cmd]
+    return only is not None and not set(only) & set(argv)
+
+
+def _names(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1]
+
+
+def no_docker_text() -> str:
+    """The two sentences bare ``k3lab``, the README and docs/index.md show: what needs no Docker, what does."""
+    free = [f"`{cmd}`" if only is None else ", ".join(f"`{cmd} {arg}`" for arg in only) for cmd, only in NO_DOCKER.items()]
+    names = [add.__name__.removeprefix("_add_") for add in COMMANDS]
+    docker = [f"`{c}`" for c in names if c not in NO_DOCKER]
+    live = [f"`{c}`" for c in names if NO_DOCKER.get(c)]
+    return (f"These commands need no Docker engine: {', '.join(free)}. {', '.join(docker)}, live {_names(live)} "
+            "talk to Docker: the local engine for the simulator, each node's own endpoint (usually `ssh://`) for a lab.")
+
 
 class _Version(argparse.Action):
     def __init__(self, option_strings, dest, **kw):
@@ -536,7 +569,13 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     Building every subparser costs about 2% of a ``k3lab render`` process; a command's help, errors and
     parsing need only its own parser (the top level has no option that takes a value).
     """
-    ap = Parser(prog="k3lab", description=__doc__, epilog=errors.EXIT_CODES_HELP,
+    import re
+    import textwrap
+
+    # a command and its argument ("faults --list") stay on one line
+    words = re.sub(r"`([^`]*)`", lambda m: m.group(1).replace(" ", "\0"), no_docker_text())
+    description = __doc__.split("\n")[0] + "\n\n" + textwrap.fill(words, 100).replace("\0", " ")
+    ap = Parser(prog="k3lab", description=description, epilog=errors.EXIT_CODES_HELP,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action=_Version)
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)

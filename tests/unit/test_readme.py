@@ -69,18 +69,7 @@ def _names_only(span: str) -> bool:
 
 
 def needs_docker(argv: list[str]) -> bool:
-    if not argv or argv[0].startswith("-"):
-        return False
-    cmd, rest = argv[0], set(argv[1:])
-    if cmd in ("up", "cycle", "check", "down", "status", "labemu"):
-        return True
-    if cmd == "release":
-        return "--static-only" not in rest
-    if cmd == "faults":
-        return not rest & {"--list", "--static-only"}
-    if cmd == "bench":
-        return "--no-live" not in rest
-    return False
+    return cli.needs_docker(argv)  # the one table (k3lab.cli.main.NO_DOCKER)
 
 
 ALL = list(dict.fromkeys(block_commands() + inline_commands()))
