@@ -137,6 +137,7 @@ class Release(_Artefact):
     schema_: int = Field(VERSION, alias="schema", ge=1, le=VERSION)
     kind: str
     target: str = "?"
+    live: bool | None = None  # False: --static-only (render, preflight, golden); None: a release that does not say
     overall: Literal["PASS", "FAIL", "INCOMPLETE"] | None = None
     scenarios: list[ReleaseRow]
 

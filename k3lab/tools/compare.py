@@ -42,7 +42,7 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
         raise UsageError(f"{path}: not a directory (give a release directory or a run directory)")
     if (p / release.FILE).exists() or (p / release.FILE).is_symlink():  # a FIFO or device is named by the reader
         doc = release.load(p)  # an unreadable one is an InputError naming file and field
-        return {"label": str(p), "kind": "release", "target": doc.get("target", "?"),
+        return {"label": str(p), "kind": "release", "target": doc.get("target", "?"), "live": doc.get("live"),
                 "scenarios": {v["scenario"]: v for v in doc.get("scenarios", [])}}
     if not any((p / f).is_file() for f in ("conformance-results.json", "junit.xml", "run-state.json")):
         raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)")
@@ -55,7 +55,7 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
     if sid not in catalog.SCENARIOS:
         raise UsageError(f"{path}: the run directory names scenario {sid!r}, which is not in the catalog")
     v = gate.evaluate_run(policy.for_scenario(sid), p)
-    return {"label": str(p), "kind": "run", "target": run.target or "?",
+    return {"label": str(p), "kind": "run", "target": run.target or "?", "live": True,
             "scenarios": {sid: v.to_json()}}
 
 
@@ -77,8 +77,34 @@ def compare(a: dict[str, Any], b: dict[str, Any], policy: Policy) -> dict[str, A
     scenarios = [_compare_scenario(sid, a["scenarios"].get(sid), b["scenarios"].get(sid), policy, sim)
                  for sid in sorted(set(a["scenarios"]) | set(b["scenarios"]))]
     return {"schema": 1, "kind": "k3lab-compare", "a": a["label"], "b": b["label"],
-            "target_a": a["target"], "target_b": b["target"], "perf_comparable": not sim,
+            "target_a": a["target"], "target_b": b["target"], "scope_a": scope(a), "scope_b": scope(b),
+            "compared": _compared(a, b), "perf_comparable": not sim,
             "regression": any(r["regression"] for r in scenarios), "scenarios": scenarios}
+
+
+STATIC_STAGE = "render, preflight and golden"
+
+
+def scope(side: dict[str, Any]) -> dict[str, Any]:
+    """What one side checked: a release or a run, static-only or live, on which target, which scenarios."""
+    live = side.get("live")
+    checks = (f"{STATIC_STAGE}, then a live cycle (readiness gates, conformance suite)" if live
+              else f"{STATIC_STAGE} only; no deployment was checked" if live is False
+              else "not recorded (a release.json without 'live')")
+    return {"kind": side["kind"], "live": live, "target": side["target"], "checks": checks,
+            "scenarios": sorted(side["scenarios"])}
+
+
+def _compared(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """What the comparison covers, in words: like for like only as far as both sides checked."""
+    common = len(set(a["scenarios"]) & set(b["scenarios"]))
+    if a.get("live") is False and b.get("live") is False:
+        return f"the static stage ({STATIC_STAGE}) of {common} scenario(s) on both sides; neither side checked a deployment"
+    if a.get("live") is False or b.get("live") is False:
+        static = "A" if a.get("live") is False else "B"
+        return (f"{common} scenario(s); {static} is static-only ({STATIC_STAGE}), so only that stage is compared like "
+                "for like: the other side's live items have no counterpart")
+    return f"{common} scenario(s), live on both sides" if a.get("live") and b.get("live") else f"{common} scenario(s)"
 
 
 def _compare_scenario(sid: str, va: dict | None, vb: dict | None, policy: Policy, sim: bool) -> dict[str, Any]:
@@ -178,8 +204,17 @@ def _g(value: float | None, spec: str = "g") -> str:
     return "not a number" if value is None else format(value, spec)
 
 
+def _scope_line(which: str, label: str, sc: dict[str, Any]) -> str:
+    live = {True: "live", False: "static-only"}.get(sc["live"], "scope not recorded")
+    ids = sc["scenarios"]
+    names = f"all {len(ids)} scenarios" if len(ids) == len(catalog.SCENARIOS) else ", ".join(ids) or "no scenario"
+    return f"{which}: {sc['kind']} {label}, {live}, target {sc['target']}: {sc['checks']}; {names}"
+
+
 def text(doc: dict[str, Any]) -> str:
-    out = [f"compare A={doc['a']} B={doc['b']}: " + ("REGRESSION" if doc["regression"] else "no regression")]
+    verdict = "REGRESSION" if doc["regression"] else "no regression"
+    out = [f"compare A={doc['a']} B={doc['b']}: {verdict} in {doc['compared']}",
+           _scope_line("A (last good)", doc["a"], doc["scope_a"]), _scope_line("B (candidate)", doc["b"], doc["scope_b"])]
     changed = _changed(doc["scenarios"])
     same = len(doc["scenarios"]) - len(changed)
     for r in changed:
@@ -204,7 +239,9 @@ def text(doc: dict[str, Any]) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     md = report.md
     head = "**Regression**" if doc["regression"] else "No regression"
-    out = [f"### k3lab compare: {head}", "", f"A (last good): `{md(doc['a'])}`  ", f"B (candidate): `{md(doc['b'])}`", "",
+    out = [f"### k3lab compare: {head}", "", f"Compared: {md(doc['compared'])}", "",
+           f"A (last good): `{md(doc['a'])}` ({_scope_md(doc['scope_a'])})  ",
+           f"B (candidate): `{md(doc['b'])}` ({_scope_md(doc['scope_b'])})", "",
            "| scenario | A | B | new failures | fixed | versions changed |", "|---|---|---|---|---|---|"]
     for r in doc["scenarios"]:
         out.append(f"| {r['scenario']} | {r['verdict_a'] or '-'} | {r['verdict_b'] or '-'} | {len(r['new_failures'])} | "
@@ -214,6 +251,11 @@ def markdown(doc: dict[str, Any]) -> str:
         if lines:
             out += ["", f"**{r['scenario']}** ({r['verdict_a'] or '-'} → {r['verdict_b'] or '-'})", "", *lines]
     return report.redact("\n".join(out) + "\n")
+
+
+def _scope_md(sc: dict[str, Any]) -> str:
+    live = {True: "live", False: "static-only"}.get(sc["live"], "scope not recorded")
+    return f"{sc['kind']}, {live}, target {sc['target']}, {len(sc['scenarios'])} scenario(s)"
 
 
 def _markdown_details(r: dict[str, Any]) -> list[str]:

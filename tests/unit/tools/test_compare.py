@@ -178,3 +178,22 @@ def test_baseline_refuses_sim_runs_and_runs_without_perf(tmp_path, capsys):
     assert main(["baseline", "record", str(run), "--out", str(tmp_path / "x.json")]) == 2
     assert "not a vllm bench serve result" in capsys.readouterr().err
     assert main(["baseline", "record", str(run), "--threshold", "2"]) == 2
+
+
+def test_two_static_only_releases_say_what_was_compared(tmp_path, capsys):
+    """#36: 'no regression' between two static-only releases names the stage compared and each side's scope."""
+    for side in ("a", "b"):
+        assert main(["release", "--static-only", "-s", "a3_pd", "--out", str(tmp_path / side), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    head, scope_a, scope_b = capsys.readouterr().out.splitlines()[:3]
+    assert head.endswith("no regression in the static stage (render, preflight and golden) of 1 scenario(s) on both "
+                         "sides; neither side checked a deployment")
+    assert scope_a.startswith("A (last good): release ") and ", static-only, target sim: " in scope_a
+    assert scope_a.endswith("no deployment was checked; a3_pd") and scope_b.startswith("B (candidate): release ")
+    assert main(["compare", str(tmp_path / "a"), str(RUN), "--format", "json"]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["scope_a"] == {"kind": "release", "live": False, "target": "sim", "scenarios": ["a3_pd"],
+                              "checks": "render, preflight and golden only; no deployment was checked"}
+    assert doc["scope_b"]["kind"] == "run" and doc["scope_b"]["live"] is True
+    assert doc["compared"].startswith("0 scenario(s); A is static-only")
