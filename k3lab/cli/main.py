@@ -494,14 +494,14 @@ def _add_report(sub) -> None:
 def cmd_completion(args: argparse.Namespace) -> int:
     from k3lab.cli import completion
 
-    print(completion.script(parser()), end="")
+    print(completion.script(args.shell), end="")
     return 0
 
 
 def _add_completion(sub) -> None:
-    p = sub.add_parser("completion", help="print a shell completion script: commands, options, scenario and fault ids "
-                       "(eval \"$(k3lab completion bash)\")")
-    p.add_argument("shell", choices=["bash"], help="the shell (bash; zsh reads it through bashcompinit)")
+    p = sub.add_parser("completion", help="print a shell completion script: commands, options, scenario, fault and "
+                       "run ids (eval \"$(k3lab completion bash)\"; zsh the same; fish: k3lab completion fish | source)")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell the script is for")
     p.set_defaults(fn=cmd_completion)
 
 
@@ -608,6 +608,10 @@ def _suggest_options(ap: argparse.ArgumentParser, cmd: str | None, extras: list[
 
 
 def _run(argv: list[str]) -> int:
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (k3lab completion): answer, then exit
+        from k3lab.cli import completion
+
+        completion.complete(parser())
     # everything after the first "--" goes to pytest untouched (argparse cannot place it after options)
     passthrough: list[str] = []
     if "--" in argv:

@@ -6,6 +6,7 @@ process and its load phase: the kit cannot be faster than that chain on this mac
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -387,7 +388,7 @@ def measure(out: str, scenarios: list[str], with_live: bool) -> dict[str, Any]:
                                         cli_processes)
     doc["diagnosis"] = _step("diagnosis of a 17-node run with 100 MB of logs, 3 rounds", diagnosis)
     if with_live:
-        doc["scenarios"] = {sid: _step(f"live cycle of {sid} on the simulator", lambda sid=sid: live(sid))
+        doc["scenarios"] = {sid: _step(f"live cycle of {sid} on the simulator", functools.partial(live, sid))
                             for sid in scenarios}
         doc["targets"]["lab_a3_pd_1m_cycle_s"] = 60
         doc["targets"]["exec_round_trips_per_node"] = 10
