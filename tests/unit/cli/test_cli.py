@@ -258,3 +258,20 @@ def test_static_commands_do_not_import_the_live_stack(commands, also_absent, tmp
     stack = tuple(m for m in LIVE_STACK if not (m in RENDER_ONLY and any(a[0] == "render" for a in commands)))
     heavy = sorted(m for m in stack + also_absent if m in loaded)
     assert heavy == [], f"{commands} imported {heavy}"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--json"])  # --json FILE: the older spelling, kept
+def test_faults_writes_its_rows_with_out(flag, tmp_path, capsys):
+    out = tmp_path / "faults.json"
+    assert cli.main(["faults", "--static-only", "--id", "S-DP-RANK-DUP", flag, str(out), "--format", "json"]) == 0
+    import json
+
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["fault"] for r in printed["rows"]] == ["S-DP-RANK-DUP"]
+    assert out.is_file() and out.with_suffix(".md").is_file()
+
+
+def test_triage_json_is_a_deprecated_spelling_of_format_json(capsys):
+    assert cli.parser("triage").parse_args(["triage", "d", "--json"]).format == "json"
+    assert cli.main(["triage", "--help"]) == 0
+    assert "deprecated spelling of --format json" in " ".join(capsys.readouterr().out.split())
