@@ -91,7 +91,7 @@ def scope(side: dict[str, Any]) -> dict[str, Any]:
     checks = (f"{STATIC_STAGE}, then a live cycle (readiness gates, conformance suite)" if live
               else f"{STATIC_STAGE} only; no deployment was checked" if live is False
               else "not recorded (a release.json without 'live')")
-    return {"kind": side["kind"], "live": live, "target": side["target"], "checks": checks,
+    return {"kind": side.get("kind", "?"), "live": live, "target": side["target"], "checks": checks,
             "scenarios": sorted(side["scenarios"])}
 
 
