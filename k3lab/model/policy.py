@@ -5,6 +5,7 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
 
     schema: 1
     description: free text
+    extends: default               # a lab policy states only its differences from the default (none: stands alone)
     defaults:                      # applies to every scenario
       must: block                  # level of a check whose MUST statement says MUST
       other: warn                  # level of any other check
@@ -25,8 +26,11 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
     scenarios:                     # per scenario id: the same keys, merged over defaults
       a3_pd_pooled: {checks: {...}}
 
-Levels are ``block``, ``warn`` and ``ignore``. Maps merge key by key (scenario over defaults),
-lists are concatenated, scalars replace. A check's level is the first match of: ``checks``
+Levels are ``block``, ``warn`` and ``ignore``. A policy file given with ``--policy`` extends the default
+policy: the effective policy of a scenario is the default's defaults, the default's scenario section, the
+file's defaults, then the file's scenario section, each merged over the ones before it (``extends: none``
+makes a file stand alone, as the default itself does). Maps merge key by key, lists are concatenated
+(a lab adds not-applicable reasons and accepted deviations; it cannot drop the default's), scalars replace. A check's level is the first match of: ``checks``
 (longest glob first), ``areas``, then ``must``/``other`` from its conformance metadata.
 
 Verdicts: **FAIL** when a blocking item failed; **INCOMPLETE** when nothing failed but a blocking
@@ -49,7 +53,7 @@ import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from k3lab import paths
 from k3lab.errors import InputError
@@ -145,8 +149,12 @@ class ScenarioPolicy(_Strict):
 class Policy(_Strict):
     schema_: Literal[1] = Field(1, alias="schema")
     description: str = ""
+    extends: Literal["default", "none"] = Field(
+        "default", description="default: this file states only its differences from the kit's default policy; "
+        "none: it stands alone (what it leaves out is the built-in must: block, other: warn)")
     defaults: ScenarioPolicy = ScenarioPolicy()
     scenarios: dict[str, ScenarioPolicy] = {}
+    _base: Policy | None = PrivateAttr(None)  # the policy this one extends (load() sets it)
 
     @field_validator("schema_", mode="before")
     @classmethod
@@ -164,8 +172,24 @@ class Policy(_Strict):
                 raise ValueError(f"unknown scenario {sid!r}{hint}")
         return v
 
+    @property
+    def base(self) -> Policy | None:
+        return self._base
+
+    def over(self, base: Policy | None) -> Policy:
+        """This policy extending ``base`` (when it says ``extends: default``)."""
+        if self.extends == "default":
+            self._base = base
+        return self
+
+    def layers(self, sid: str) -> list[ScenarioPolicy | None]:
+        """What is merged for scenario ``sid`` ("": no scenario's section), first to last: the base's layers,
+        then this file's."""
+        own = [self.defaults, self.scenarios.get(sid) if sid else None]
+        return (self._base.layers(sid) if self._base is not None else []) + own
+
     def for_scenario(self, sid: str) -> Effective:
-        return Effective.merge(sid, self.defaults, self.scenarios.get(sid))
+        return Effective.merge(sid, *self.layers(sid))
 
 
 class Effective:
@@ -189,8 +213,8 @@ class Effective:
         self.accepted_findings: list[AcceptedFinding] = data["accepted_findings"]
 
     @classmethod
-    def merge(cls, sid: str, base: ScenarioPolicy, over: ScenarioPolicy | None) -> Effective:
-        layers = [base] + ([over] if over else [])
+    def merge(cls, sid: str, *given: ScenarioPolicy | None) -> Effective:
+        layers = [layer for layer in given if layer is not None]
         data: dict[str, Any] = dict(cls.BUILTIN, areas={}, checks={}, not_applicable=[], versions=[],
                                     accepted_deviations=[], accepted_findings=[], threshold=0.97, tolerance=1.0)
         for layer in layers:
@@ -208,6 +232,15 @@ class Effective:
         # a later version rule for the same component replaces the earlier one
         data["versions"] = list({r.component: r for r in data["versions"]}.values())
         return cls(sid, data)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The merged values, in the file's shape (``k3lab policy --check`` shows them)."""
+        dump = lambda rows: [r.model_dump(exclude_none=True, exclude_defaults=True) for r in rows]  # noqa: E731
+        return {"must": self.must, "other": self.other, "static": self.static,
+                "unaccepted_deviation": self.unaccepted_deviation, "areas": self.areas, "checks": self.checks,
+                "not_applicable": dump(self.not_applicable), "perf": {"threshold": self.threshold},
+                "accuracy": {"tolerance": self.tolerance}, "versions": dump(self.versions),
+                "accepted_deviations": dump(self.accepted), "accepted_findings": dump(self.accepted_findings)}
 
     def level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
         """(level, why) for one conformance check."""
@@ -276,6 +309,7 @@ def _validate(data: object, source: str, lines=None) -> Policy:
 
 
 def load(path: str | Path | None = None) -> Policy:
+    """The default policy, or the file at ``path`` over it (unless the file says ``extends: none``)."""
     from k3lab.model import safeyaml
 
     path = Path(path) if path else DEFAULT_PATH
@@ -283,7 +317,10 @@ def load(path: str | Path | None = None) -> Policy:
         data, lines = safeyaml.load(path, "policy", MAX_BYTES, MAX_DEPTH)
     except InputError as exc:
         raise PolicyError(str(exc)) from None
-    return _validate(data, str(path), lines)
+    pol = _validate(data, str(path), lines)
+    if pol.extends == "default" and path.resolve() != DEFAULT_PATH.resolve():
+        pol.over(load())
+    return pol
 
 
 def schema() -> dict[str, Any]:
@@ -312,16 +349,30 @@ def cmd_policy(args) -> int:
         text = EXAMPLE_PATH.read_text()
         parse(text, "the example policy")  # never write an invalid file
         outputs.write_file(path, text)
-        print(f"wrote {path}: a commented gate policy; edit it, then k3lab policy --check {path}")
+        print(f"wrote {path}: a commented gate policy over the kit's default (it states only its differences); "
+              f"edit it, then k3lab policy --check {path} shows the effective policy")
         return 0
     if args.schema:
         formats.emit(args, schema(), lambda doc: print(json.dumps(doc, indent=2)))
         return 0
     pol = load(args.check)  # a PolicyError exits 2 with the file, line and field named
     doc = {"file": str(args.check), "valid": True, "schema": pol.schema_, "scenarios": sorted(pol.scenarios),
+           "extends": pol.extends if pol.base is not None else "none", "effective": effective(pol),
            "deprecated": deprecated(pol)}
     formats.emit(args, doc, _print_check)
     return 0
+
+
+def effective(pol: Policy) -> dict[str, Any]:
+    """What the gate applies: ``defaults`` (every scenario without a section), and per scenario that has a
+    section here or in the base, only the keys whose value differs from ``defaults``."""
+    base = Effective.merge("", *pol.layers("")).as_dict()
+    sids = set(pol.scenarios) | set(pol.base.scenarios if pol.base is not None else {})
+    scenarios = {}
+    for sid in sorted(sids):
+        eff = pol.for_scenario(sid).as_dict()
+        scenarios[sid] = {k: v for k, v in eff.items() if v != base[k]}
+    return {"defaults": base, "scenarios": scenarios}
 
 
 def deprecated(pol: Policy) -> list[str]:
@@ -333,6 +384,11 @@ def deprecated(pol: Policy) -> list[str]:
 
 
 def _print_check(d: dict[str, Any]) -> None:
-    print(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s))")
+    import yaml
+
+    over = " over the kit's default policy" if d["extends"] == "default" else ", standing alone"
+    print(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s)){over}")
     for note in d["deprecated"]:
         print(f"  note: {note}")
+    print("effective policy (per scenario: what differs from defaults):")
+    print(yaml.safe_dump(d["effective"], sort_keys=False, width=120).rstrip())

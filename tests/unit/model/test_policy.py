@@ -1,6 +1,8 @@
 """Gate policy loader: the default derives from the MUST statements; hostile files get clear errors."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from k3lab.model import policy
@@ -119,11 +121,74 @@ def test_policy_init_writes_a_commented_valid_example(tmp_path, capsys):
     assert cli.main(["policy", "--check", str(out)]) == 0
     assert cli.main(["policy", "init", "--out", str(out)]) == 2  # never overwritten without --force
     assert cli.main(["policy"]) == 2 and cli.main(["policy", "init"]) == 2
-    out.write_text(text.replace("    perf: block ", "    perf: blok "))
+    assert "extends: default" in text
+    out.write_text(text.replace("    external-cache: block", "    external-cache: blok")
+                   .replace("areas: {external-cache: block}", "areas: {external-cache: blok}"))
     capsys.readouterr()
     assert cli.main(["policy", "--check", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"defaults.areas.perf ({out}:15): " in err and "did you mean 'block'?" in err and "Traceback" not in err
+    line = next(i for i, ln in enumerate(out.read_text().splitlines(), 1) if "blok" in ln)
+    assert f"scenarios.a3_pd_pooled.areas.external-cache ({out}:{line}): " in err and "did you mean 'block'?" in err
+    assert "Traceback" not in err
+
+
+FIXTURE_RUNS = sorted((Path(__file__).resolve().parents[3] / "fixtures" / "release").glob("run-*"))
+
+
+def test_a_lab_policy_states_only_its_differences(tmp_path):
+    """#37: a --policy file extends the default; a file that names one check keeps every default rule."""
+    lab = tmp_path / "lab.yaml"
+    lab.write_text("schema: 1\ndefaults: {checks: {'security.*': warn}}\n")
+    default, eff = policy.load().for_scenario("a3_pd_pooled"), policy.load(lab).for_scenario("a3_pd_pooled")
+    assert eff.not_applicable == default.not_applicable and eff.accepted == default.accepted
+    assert {r.component for r in eff.versions} == {r.component for r in default.versions}
+    assert eff.level("security.test_api_key_enforced", "security", "MUST")[0] == "warn"
+    assert default.level("security.test_api_key_enforced", "security", "MUST")[0] == "block"
+    # the file's defaults override the default policy's scenario section, its own scenario section overrides both
+    lab.write_text("schema: 1\ndefaults: {versions: [{component: memcache_hybrid, expect: any, level: warn}]}\n")
+    rule = next(r for r in policy.load(lab).for_scenario("a3_pd_pooled").versions if r.component == "memcache_hybrid")
+    assert (rule.expect, rule.level) == ("any", "warn")
+    # extends: none is the old meaning: the file alone over the built-in must: block, other: warn
+    lab.write_text("schema: 1\nextends: none\ndefaults: {checks: {'security.*': warn}}\n")
+    alone = policy.load(lab).for_scenario("a3_pd_pooled")
+    assert alone.not_applicable == [] and alone.accepted == []
+
+
+@pytest.mark.parametrize("run_dir", FIXTURE_RUNS, ids=[p.name for p in FIXTURE_RUNS])
+def test_the_example_policy_keeps_every_fixture_runs_verdict(run_dir):
+    """#37: the example `policy init` writes judged a PASS fixture run FAIL (the golden check's lab skip was
+    no longer listed). Over the default, it gives every fixture run the default's verdict."""
+    import json
+
+    from k3lab.reports import gate
+
+    sid = json.loads((run_dir / "plan.json").read_text())["scenario"]
+    default = gate.evaluate_run(policy.load().for_scenario(sid), run_dir)
+    example = gate.evaluate_run(policy.load(policy.EXAMPLE_PATH).for_scenario(sid), run_dir)
+    assert (example.verdict, example.reasons) == (default.verdict, default.reasons)
+    assert default.verdict == "PASS"  # the fixture runs are healthy ones
+
+
+def test_fixture_runs_exist():
+    assert FIXTURE_RUNS, "no fixture runs under fixtures/release/"
+
+
+def test_policy_check_prints_the_effective_policy(capsys):
+    import json
+
+    from k3lab.cli.main import main
+
+    assert main(["policy", "--check", str(policy.EXAMPLE_PATH), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["extends"] == "default"
+    eff = doc["effective"]
+    assert {"check": "golden.test_rendered_equals_golden", "id": "lab-inventory"} in eff["defaults"]["not_applicable"]
+    assert eff["defaults"]["checks"] == {"security.*": "warn"} and eff["defaults"]["perf"] == {"threshold": 0.95}
+    assert eff["scenarios"]["a3_pd_pooled"]["areas"]["external-cache"] == "block"
+    assert main(["policy", "--check", str(policy.EXAMPLE_PATH)]) == 0
+    out = capsys.readouterr().out
+    assert "over the kit's default policy" in out and "lab-inventory" in out
+    assert main(["policy", "--check", str(policy.DEFAULT_PATH)]) == 0 and "standing alone" in capsys.readouterr().out
 
 
 def test_a_policy_file_has_the_caps_of_policy_text(tmp_path):
