@@ -484,7 +484,7 @@ def _add_policy(sub) -> None:
 
 def _add_report(sub) -> None:
     p = sub.add_parser("report", help="rebuild a run's reports (summary.md, report.html, gate.json) from its "
-                       "artefacts, with the gate's verdict (no Docker)")
+                       "artefacts and print the gate's verdict; exit 0 PASS, 1 FAIL, 3 INCOMPLETE (no Docker)")
     p.add_argument("run", metavar="RUN", help="run directory (runs/<run>)")
     p.add_argument("--policy", metavar="FILE", help="gate policy (default: the kit's)")
     formats.add(p)

@@ -23,7 +23,7 @@ from k3lab import __version__
 from k3lab.diagnosis.engine import Diagnosis
 from k3lab.errors import InputError
 from k3lab.model import apikey, runs
-from k3lab.reports import diagreport
+from k3lab.reports import diagreport, failures
 from k3lab.reports.reportsvg import topology_svg
 from k3lab.reports.templating import Markup, render_html
 
@@ -200,18 +200,23 @@ def _seconds(path: Path, case: str, text: str | None) -> float:
     return value
 
 
+def _node(t: dict[str, Any], nodeid: str, names: list[str]) -> str | None:
+    """The result's node, else the plan node its parameter names (e.g. [p0] or [p0:8000])."""
+    param = t.get("param") or (nodeid.rsplit("[", 1)[1][:-1] if nodeid.endswith("]") else None)
+    if t.get("node") or not param:
+        return t.get("node")
+    return next((n for n in (param, param.split(":")[0]) if n in names), None)
+
+
 def _normalise(t: dict[str, Any], names: list[str]) -> dict[str, Any]:
     nodeid = str(t.get("nodeid", "?"))
-    param = t.get("param") or (nodeid.rsplit("[", 1)[1][:-1] if nodeid.endswith("]") else None)
-    node = t.get("node")
-    if not node and param:  # e.g. [p0] or [p0:8000]
-        node = next((n for n in (param, param.split(":")[0]) if n in names), None)
     props = t.get("properties") or {}
     if isinstance(props, list):
         props = {str(k): str(v) for k, v in props}
-    return {"nodeid": nodeid, "area": str(t.get("area") or props.get("conformance.area") or "other"),
-            "node": node, "outcome": str(t.get("outcome", "error")), "duration": float(t.get("duration") or 0),
-            "properties": props, "message": str(t.get("message") or "")}
+    meta = {key: str(t.get(key) or props.get(f"conformance.{key}") or "") for key in ("area", "id", "must")}
+    return {"nodeid": nodeid, "area": meta["area"] or "other", "id": meta["id"], "must": meta["must"],
+            "node": _node(t, nodeid, names), "outcome": str(t.get("outcome", "error")),
+            "duration": float(t.get("duration") or 0), "properties": props, "message": str(t.get("message") or "")}
 
 
 # ------------------------------------------------------------------------------------- tallies
@@ -281,10 +286,6 @@ def _run_label(run: Run) -> str:
     return f"{run.state.get('run', run.dir.name)}, " + (f"status {status}" if status else "no run-state.json")
 
 
-def _failures(run: Run) -> list[dict[str, Any]]:
-    return [t for t in run.tests if t["outcome"] in FAILED]
-
-
 # ------------------------------------------------------------------------------------ markdown
 
 _MD = str.maketrans({c: "\\" + c for c in "\\`*[]|"})
@@ -318,12 +319,12 @@ def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
     if diagnosis is not None:
         lines += [""] + diagreport.markdown(diagnosis, md)
     lines += ["", "## Failures", ""]
-    fails = _failures(run)
+    fails = failures.rows(run.tests, run.plan, diagnosis)
     if not fails:
         lines.append("None.")
     evidence = _evidence_files(run)
-    for t in fails:
-        lines += _failure_md(t, evidence)
+    for row in fails:
+        lines += _failure_md(row, evidence)
     lines += _gate_md(run)
     lines += _skipped_md(run)
     lines += _preflight_md(run)
@@ -396,15 +397,12 @@ def _results_md(run: Run) -> list[str]:
     return lines
 
 
-def _failure_md(t: dict[str, Any], evidence: dict[str, list[str]]) -> list[str]:
-    props = t["properties"]
-    lines = [f"### {md(t['nodeid'])}", "", f"- kind: **{md(props.get('kind', 'product'))}**, outcome {md(t['outcome'])}"]
-    lines += [f"- {key}: {md(props[key])}" for key in ("what", "expected", "actual", "where", "cause", "remedy")
-              if props.get(key)]
-    if t["message"] and not props.get("what"):
-        lines.append(f"- message: {md(t['message'])}")
-    if t["node"] in evidence:
-        lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in evidence[t["node"]]))
+def _failure_md(row: failures.Row, evidence: dict[str, list[str]]) -> list[str]:
+    lines = [f"### {md(row.nodeid)}", "", f"- kind: **{md(row.kind)}**, outcome {md(row.outcome)}"]
+    lines += [f"- {key}: {md(val)}" for key, val in zip(failures.COLUMNS, row.values())]
+    files = [r for node in row.nodes for r in evidence.get(node, [])]
+    if files:
+        lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in files))
     return [*lines, ""]
 
 
@@ -463,9 +461,9 @@ _HTML = """<!DOCTYPE html>
 {% if not failures %}
 <p class="muted">None.</p>
 {% else %}
-<table><tr><th>check</th><th>kind</th>{% for c in failure_cols %}<th>{{ c }}</th>{% endfor %}</tr>
+<table class="failures"><tr><th>check</th><th>kind</th>{% for c in failure_cols %}<th>{{ c }}</th>{% endfor %}</tr>
 {% for f in failures %}<tr><td>{{ f.nodeid }}<br><span class="muted">{{ f.outcome }}</span></td><td>{{ f.kind }}</td>
-{%- for val in f.vals %}<td><div class="long">{{ val }}</div></td>{% endfor %}</tr>
+{%- for val in f.values() %}<td class="f-{{ failure_cols[loop.index0] }}"><div class="long">{{ val }}</div></td>{% endfor %}</tr>
 {% endfor %}</table>
 {% endif %}
 <h2>Deviations from the guides</h2>
@@ -500,12 +498,12 @@ def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
             ("Checks", f"{len(run.tests)}: {run.count('passed')} passed, {run.count('failed')} failed, "
                        f"{run.count('error')} errors, {run.count('skipped')} skipped (from {run.source})")]
     rows, areas, _ = _cells(run)
-    cols = ("what", "expected", "actual", "where", "cause", "remedy")
+    fails = failures.rows(run.tests, run.plan, diagnosis)
     return render_html(
         _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, css=Markup(CSS), info=info,
-        svg=Markup(topology_svg(run.plan, run.tests)),
-        diagnosis=diagreport.html(diagnosis) if diagnosis is not None else Markup(""), areas=areas, matrix=_matrix_rows(run), failure_cols=cols,
-        failures=[_failure_row(t, cols) for t in _failures(run)], deviations=run.plan.get("deviations") or [],
+        svg=Markup(topology_svg(run.plan, run.tests, failures.marked(fails, diagnosis))),
+        diagnosis=diagreport.html(diagnosis) if diagnosis is not None else Markup(""), areas=areas, matrix=_matrix_rows(run),
+        failure_cols=failures.COLUMNS, failures=fails, deviations=run.plan.get("deviations") or [],
         evidence=[(group, [(quote(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
         skipped=skipped(run), generated=_now(), version=__version__)
 
@@ -527,12 +525,6 @@ def _matrix_rows(run: Run) -> list[dict[str, Any]]:
             tds.append({"cls": cell_class(counts), "text": text, "title": title})
         out.append({"name": row, "cells": tds})
     return out
-
-
-def _failure_row(t: dict[str, Any], cols: tuple[str, ...]) -> dict[str, Any]:
-    props = t["properties"]
-    return {"nodeid": t["nodeid"], "outcome": t["outcome"], "kind": props.get("kind", "product"),
-            "vals": [props.get("what") or t["message"]] + [props.get(c, "") for c in cols[1:]]}
 
 
 # --------------------------------------------------------------------------------------- entry

@@ -4,8 +4,10 @@ Nodes are boxes in one column per role (prefill, decode, mixed, metaservice) wit
 listening ports; the proxy (or the mixed deployment's entrypoint) and a MetaService hosted on a
 role node are service boxes. Arrows: proxy -> every API, one P -> D KV-transfer arrow between the
 groups (every prefill rank may send to every decode rank), and pool links from each group with
-MemCache members to the MetaService. Nodes with a failed check are outlined red. All text is
-escaped: names and addresses come from inventories.
+MemCache members to the MetaService. A node is outlined red when one of its checks failed or when a
+failure or the run's diagnosis names it (k3lab.reports.failures.marked: a cross-node check names the
+nodes in its message, not as its own node); the box says why. All text is escaped: names and addresses
+come from inventories.
 """
 from __future__ import annotations
 
@@ -108,7 +110,8 @@ def _outcomes_per_node(tests: list[dict[str, Any]]) -> dict[str, dict[str, int]]
     return per_node
 
 
-def _columns(lay: _Layout, per_node: dict[str, dict[str, int]], boxes: dict[str, _Box]) -> list[str]:
+def _columns(lay: _Layout, per_node: dict[str, dict[str, int]], boxes: dict[str, _Box],
+             marked: dict[str, list[str]]) -> list[str]:
     parts = []
     for ci, (role, col) in enumerate(zip(lay.roles, lay.columns)):
         x = lay.col_x[ci]
@@ -117,7 +120,8 @@ def _columns(lay: _Layout, per_node: dict[str, dict[str, int]], boxes: dict[str,
         parts.append(f'<text class="hdr" x="{x}" y="{TOP - 40}">{e(_clip(role, 24))} ({len(col)})</text>')
         for ri, node in enumerate(col):
             box = boxes[str(node.get("name"))] = _Box(x, TOP + ri * (H + GAP))
-            parts.append(_node_box(node, box, per_node.get(str(node.get("name")), {})))
+            name = str(node.get("name"))
+            parts.append(_node_box(node, box, per_node.get(name, {}), marked.get(name, [])))
     return parts
 
 
@@ -162,7 +166,7 @@ def _legend(lane_bottom: float) -> str:
             '<path class="link kv" d="M130,0 H158"/><text x="164" y="4">KV transfer</text>'
             '<path class="link pool" d="M270,0 H298"/><text x="304" y="4">MemCache pool</text>'
             '<rect class="box fail" x="420" y="-8" width="22" height="14" rx="3"/>'
-            '<text x="448" y="4">node with a failed check</text></g>')
+            '<text x="448" y="4">node a failure or the diagnosis names</text></g>')
 
 
 def _defs() -> str:
@@ -172,12 +176,13 @@ def _defs() -> str:
         f'<path d="M0,0 L10,5 L0,10 z" class="head {k}"/></marker>' for k in ("api", "kv", "pool")) + "</defs>"
 
 
-def topology_svg(plan: dict[str, Any], tests: list[dict[str, Any]]) -> str:
-    """Nodes as boxes in one column per role; proxy and MetaService as service boxes; arrows between."""
+def topology_svg(plan: dict[str, Any], tests: list[dict[str, Any]], marked: dict[str, list[str]] | None = None) -> str:
+    """Nodes as boxes in one column per role; proxy and MetaService as service boxes; arrows between.
+    ``marked``: node -> why a failure or the diagnosis names it (outlined red like a node with a failed check)."""
     expect, nodes = plan.get("expect", {}), plan.get("nodes", [])
     lay = _layout(plan)
     boxes: dict[str, _Box] = {}
-    parts = _columns(lay, _outcomes_per_node(tests), boxes)
+    parts = _columns(lay, _outcomes_per_node(tests), boxes, marked or {})
     # the entry point: the PD proxy, or the API of the mixed deployment's head node
     entry_host = next((str(n.get("name")) for n in nodes for p in _procs(n) if p.get("kind") == "proxy"), None)
     entry = _Box(20, TOP)
@@ -209,20 +214,21 @@ def _route(src: _Box, dst: _Box, col_x: list[float], kind: str) -> str:
     return f'<path class="link {kind}" d="{d}" marker-end="url(#a-{kind})"/>'
 
 
-def _node_box(node: dict[str, Any], box: _Box, counts: dict[str, int]) -> str:
+def _node_box(node: dict[str, Any], box: _Box, counts: dict[str, int], named: list[str]) -> str:
     name = str(node.get("name"))
     total = sum(counts.values())
     passed = counts.get("passed", 0) + counts.get("xpassed", 0)
     bad = sum(counts.get(o, 0) for o in FAILED)
     skipped = total - passed - bad
     status = (f"{bad} failed / {total} checks" if bad else
+              _named_status(named) if named else
               f"{passed} passed, {skipped} skipped" if total else "no checks")
-    cls = "fail" if bad else ("pass" if passed else "none")
+    cls = "fail" if bad or named else ("pass" if passed else "none")
     ports = _ports(node)
     port_line = " ".join(f"{t} {s}" for t, s in ports)
     rank = node.get("rank")
     title = f"{name} ({node.get('role')}, rank {rank}) {node.get('address')}\n" + \
-        "\n".join(f"{t}: {s}" for t, s in ports) + f"\n{status}"
+        "\n".join(f"{t}: {s}" for t, s in ports) + f"\n{status}" + "".join(f"\n{why}" for why in named)
     x, y = box.x, box.y
     return (f'<g class="node {cls}" data-node="{e(name)}"><title>{e(title)}</title>'
             f'<rect class="box {cls}" x="{x}" y="{y}" width="{W}" height="{H}" rx="6"/>'
@@ -231,6 +237,14 @@ def _node_box(node: dict[str, Any], box: _Box, counts: dict[str, int]) -> str:
             f'<text x="{x + 8}" y="{y + 34}">{e(_clip(str(node.get("address")), 34))}</text>'
             f'<text class="sub" x="{x + 8}" y="{y + 50}">{e(_clip(port_line or "no listening ports", 38))}</text>'
             f'<text class="st {cls}" x="{x + 8}" y="{y + 67}">{e(status)}</text></g>')
+
+
+def _named_status(named: list[str]) -> str:
+    """The box's status line for a node without a failed check of its own that a failure or the diagnosis names."""
+    diag = [w.removeprefix("diagnosis: ") for w in named if w.startswith("diagnosis: ")]
+    fails = sum(w.startswith("named by ") for w in named)
+    return ", ".join(([f"named by {fails} failure(s)"] if fails else []) + ([f"diagnosis: {diag[0]}"] if diag else [])
+                     ) or named[0]
 
 
 def _service_box(box: _Box, title: str, url: str, note: str) -> str:

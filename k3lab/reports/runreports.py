@@ -30,8 +30,18 @@ def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Pa
 
 
 def cmd_report(args) -> int:
-    """``k3lab report RUN [--policy FILE]``."""
+    """``k3lab report RUN [--policy FILE]``: the reports' paths, then the gate's verdict line; exits by the
+    verdict as ``k3lab release`` does (PASS 0, FAIL 1, INCOMPLETE 3), so a script can gate on it."""
     written = rebuild(args.run, args.policy)
-    formats.emit(args, {"run": str(args.run), "reports": {kind: str(path) for kind, path in written.items()}},
-                 lambda doc: print("\n".join(f"{kind}: {path}" for kind, path in doc["reports"].items())))
-    return 0
+    verdict = json.loads(written["gate"].read_text())
+    reasons = verdict.get("reasons") or []
+    doc = {"run": str(args.run), "reports": {kind: str(path) for kind, path in written.items()},
+           "verdict": verdict["verdict"], "scenario": verdict["scenario"], "reasons": reasons}
+
+    def text(d: dict) -> None:
+        print("\n".join(f"{kind}: {path}" for kind, path in d["reports"].items()))
+        first = f": {len(d['reasons'])} reason(s); first: {d['reasons'][0]}" if d["reasons"] else ""
+        print(f"{d['verdict']} {d['scenario']}{first}")
+
+    formats.emit(args, doc, text)
+    return gate.EXIT[verdict["verdict"]]

@@ -105,7 +105,7 @@ def test_summary_verdict_failures_deviations_links(run_dir):
     assert "quay.io/ascend/vllm-ascend:kimi-k3.1-pro-a3" in text and "K3.1 Pro §5.2 (A3)" in text
     assert "- remedy: reset the NPU with npu-smi set -t reset" in text
     assert "- kind: **environment**" in text
-    assert "- message: ConnectionError: refused" in text
+    assert "- actual: ConnectionError: refused" in text  # a plain error: what was seen is its message
     assert "| npu | p1 ✗ | 0 | 1 | 0 |" in text
     for dev in json.loads((run_dir / "plan.json").read_text())["deviations"]:
         assert f"- {dev['id']} (" in text
@@ -198,9 +198,10 @@ def test_api_key_redacted_everywhere(run_dir):
 def test_cli(run_dir, capsys):
     from k3lab.cli import main as cli
 
-    assert cli.main(["report", str(run_dir)]) == 0
+    assert cli.main(["report", str(run_dir)]) == 3  # INCOMPLETE (no versions.json): exit by the verdict
     assert (run_dir / "summary.md").is_file() and (run_dir / "report.html").is_file()
-    assert (run_dir / "gate.json").is_file() and "summary:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (run_dir / "gate.json").is_file() and "summary:" in out and "\nINCOMPLETE a3_pd_1m: 2 reason(s)" in out
     assert cli.main(["report"]) == 2 and cli.main(["report", str(run_dir / "nope")]) == 2
 
 
