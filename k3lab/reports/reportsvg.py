@@ -166,7 +166,7 @@ def _legend(lane_bottom: float) -> str:
             '<path class="link kv" d="M130,0 H158"/><text x="164" y="4">KV transfer</text>'
             '<path class="link pool" d="M270,0 H298"/><text x="304" y="4">MemCache pool</text>'
             '<rect class="box fail" x="420" y="-8" width="22" height="14" rx="3"/>'
-            '<text x="448" y="4">node a failure or the diagnosis names</text></g>')
+            '<text x="448" y="4">failed, or named by a failure or the diagnosis</text></g>')
 
 
 def _defs() -> str:
@@ -194,7 +194,7 @@ def topology_svg(plan: dict[str, Any], tests: list[dict[str, Any]], marked: dict
     pool_parts, pool_links = _pool(expect, lay, boxes)
     parts += pool_parts
     links += pool_links
-    width = max((lay.col_x[-1] if lay.col_x else 20) + W + 30, 640)  # at least as wide as the legend
+    width = max((lay.col_x[-1] if lay.col_x else 20) + W + 30, 760)  # at least as wide as the legend
     height = lay.lane_bottom + 46
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="topo" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="deployment topology">{_defs()}'
