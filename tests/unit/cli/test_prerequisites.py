@@ -37,7 +37,7 @@ def nothing_starts(monkeypatch, tmp_path):
     monkeypatch.setenv("K3LAB_EMU_DIR", str(tmp_path / "emu"))
     for name in ("up", "attach", "down_all", "teardown"):
         monkeypatch.setattr(commands, name, _must_not_start)
-    monkeypatch.setattr(bench, "main", _must_not_start)
+    monkeypatch.setattr(bench, "measure", _must_not_start)
     for name in ("up", "down", "status", "repair", "break_host"):
         monkeypatch.setattr(labemu, name, _must_not_start)
 
