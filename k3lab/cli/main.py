@@ -200,9 +200,13 @@ def cmd_faults(args: argparse.Namespace) -> int:
     if args.static_only and args.id and all(faults.CATALOG[i].kind != "static" for i in args.id):
         raise UsageError(f"--static-only with only live fault ids ({', '.join(args.id)}): nothing would run")
     _require_fault_rows(args, faults.CATALOG.values())
-    from pathlib import Path
+    from k3lab import outputs
 
-    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=Path(args.out) if args.out else None)
+    # the matrix rewrites its own files row by row (nox -s faults): replaced atomically, never written through
+    report = outputs.check_file(args.out, force=True, make_parent=True) if args.out else None
+    if report is not None:
+        outputs.check_file(report.with_suffix(".md"), force=True)
+    rows = faults.run_matrix(args.id or None, live=not args.static_only, report=report)
     formats.emit(args, {"rows": rows}, lambda doc: faults.print_table(doc["rows"]))
     return errors.OK if all(r["verdict"] in ("ok", "skipped") for r in rows) else errors.CHECKS_FAILED
 
@@ -417,6 +421,8 @@ def _add_release(sub) -> None:
                    help="cycles at a time (default 3; on the sim fewer when the host's ARP table cannot hold "
                         "the largest topologies at once, see the warning)")
     p.add_argument("--out", metavar="DIR", help="release directory (default releases/<timestamp>)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out; the previous release stays "
+                   "until the new one is complete")
     _strict_arg(p)
     p.add_argument("--static-only", action="store_true", help="render, preflight and golden only (no Docker)")
     p.add_argument("--inject", action="append", default=[], metavar="SCENARIO=FAULT",

@@ -636,7 +636,7 @@ def write(rendered: Rendered, out: str | Path, force: bool = False, preamble: st
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.k3lab-", dir=parent))
     except OSError as exc:
-        raise InputError(f"--out {out}: cannot create {parent} ({exc.strerror})") from None
+        raise outputs.failed(parent, exc) from None
     try:
         for reserved in ("plan.json", runbook.NAME):
             if reserved in rendered.files:
@@ -650,42 +650,14 @@ def write(rendered: Rendered, out: str | Path, force: bool = False, preamble: st
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
-        _swap_in(tmp, out, parent)
+        outputs.swap_in(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+        raise outputs.failed(out, exc) from None  # disk full: exit 3, the previous tree in place
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _swap_in(tmp: Path, out: Path, parent: Path) -> None:
-    """``tmp`` becomes ``out``; a previous tree (--force) is moved aside, then deleted. A failure puts the
-    previous tree back and leaves no ``.NAME.k3lab-old-*`` directory behind."""
-    import shutil
-    import tempfile
-
-    old = None
-    if out.is_dir() and not out.is_symlink():
-        try:
-            os.rmdir(out)  # empty: the rename below replaces it
-        except OSError:  # not empty (force): move it aside, swap in the new tree, then delete it
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.k3lab-old-", dir=parent))
-            try:
-                os.rename(out, old / "out")
-            except OSError:
-                os.rmdir(old)
-                raise
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        if old is not None:
-            os.rename(old / "out", out)
-            os.rmdir(old)
-        raise
-    if old is not None:
-        shutil.rmtree(old)  # rmtree removes symlinks, it never follows them
 
 
 def plan_json(plan: Plan) -> str:

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
+from k3lab import outputs
 from k3lab.diagnosis.engine import Diagnosis, Finding, diagnose
 from k3lab.diagnosis.triage import text as terminal_lines
 from k3lab.errors import K3labError
@@ -103,7 +104,7 @@ def add_to_junit(path: Path, d: Diagnosis) -> None:
     if not d.findings:
         case = ET.SubElement(suite, "testcase", classname=SUITE, name="no-known-cause")
         ET.SubElement(case, "skipped", message=apikey.redact(terminal_lines(d)[-1]))
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    outputs.write_file(path, ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True), flag="report")
 
 
 def _single(d: Diagnosis, f: Finding) -> Diagnosis:

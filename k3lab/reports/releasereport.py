@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from k3lab import outputs
 from k3lab.errors import printable
 from k3lab.reports import gate
 from k3lab.reports.report import md, redact
@@ -217,9 +218,12 @@ def release_junit(doc: dict[str, Any]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_all(out: Path, doc: dict[str, Any]) -> dict[str, Path]:
+def write_all(out: Path, doc: dict[str, Any], shown_in: Path | None = None) -> dict[str, Path]:
+    """release.md, release.html and junit.xml into ``out`` through the one writer; links are relative to
+    ``shown_in`` (where ``out``, a staging directory, will be), ``out`` itself by default."""
+    where = shown_in or out
     paths = {"md": out / "release.md", "html": out / "release.html", "junit": out / "junit.xml"}
-    paths["md"].write_text(release_md(out, doc))
-    paths["html"].write_text(release_html(out, doc))
-    paths["junit"].write_text(release_junit(doc))
+    outputs.write_file(paths["md"], release_md(where, doc))
+    outputs.write_file(paths["html"], release_html(where, doc))
+    outputs.write_file(paths["junit"], release_junit(doc))
     return paths

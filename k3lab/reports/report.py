@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from k3lab import __version__
+from k3lab import __version__, outputs
 from k3lab.diagnosis.engine import Diagnosis
 from k3lab.errors import InputError
 from k3lab.model import apikey, runs
@@ -539,9 +539,10 @@ def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None) -> di
     # a run that did not pass gets a Diagnosis section: its likely cause from the logs it collected
     failed = run.verdict != "PASS" or (run.dir / runs.GATE_FAILURE).is_file()
     diagnosis = diagreport.for_run(run.dir) if failed else None
-    out["summary"].write_text(summary_md(run, diagnosis))
-    out["html"].write_text(report_html(run, diagnosis))
-    if (run.dir / "junit.xml").is_file():
+    outputs.write_file(out["summary"], summary_md(run, diagnosis), flag="report")
+    outputs.write_file(out["html"], report_html(run, diagnosis), flag="report")
+    junit = run.dir / "junit.xml"
+    if junit.is_file() and not junit.is_symlink():  # a link placed there is read by no one and never written through
         out["junit"] = run.dir / "junit.xml"
         if diagnosis:
             try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from k3lab import formats
+from k3lab import formats, outputs
 from k3lab.errors import InputError
 from k3lab.model import policy as policies
 from k3lab.reports import gate, report
@@ -25,7 +25,7 @@ def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Pa
         raise InputError(f"{run_dir}: no plan.json or run-state.json names the scenario; not a run directory")
     verdict = gate.evaluate_run(policies.load(policy_path).for_scenario(run.scenario), run_dir)
     doc = verdict.to_json()
-    (run_dir / "gate.json").write_text(json.dumps(doc, indent=2) + "\n")
+    outputs.write_file(run_dir / "gate.json", json.dumps(doc, indent=2) + "\n", flag="report")
     return {**report.write_reports(run_dir, doc), "gate": run_dir / "gate.json"}
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from k3lab import formats, settings
+from k3lab import formats, outputs, settings
 from k3lab.launch import suite
 from k3lab.model import catalog, runs, siminventory
 from k3lab.preflight import checks as preflight
@@ -379,6 +379,8 @@ def _step(what: str, fn: Callable[[], Any]) -> Any:
 
 def measure(out: str, scenarios: list[str], with_live: bool) -> dict[str, Any]:
     """Every benchmark, the whole document written to ``out``; returns the summary the CLI prints."""
+    # checked before minutes of measuring; the default build/bench.json is rewritten on every run (nox -s bench)
+    outputs.check_file(out, force=True, make_parent=True)
     doc: dict[str, Any] = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
            "targets": {"render_preflight_all_twelve_s": "well under 1",
                        "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
@@ -396,8 +398,7 @@ def measure(out: str, scenarios: list[str], with_live: bool) -> dict[str, Any]:
         doc["lab_a3_pd_1m"] = _step("emulated-lab cycle of a3_pd_1m", lambda: lab_cycle("a3_pd_1m"))
         doc["targets"]["lab_fail_fast_s"] = 60
         doc["lab_fail_fast_a3_pd_1m"] = _step("emulated-lab fail-fast faults", lambda: lab_fail_fast("a3_pd_1m"))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=2))
+    outputs.write_file(Path(out), json.dumps(doc, indent=2))
     return summary(doc, out)
 
 

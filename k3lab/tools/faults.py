@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from k3lab import formats, settings
+from k3lab import formats, outputs, settings
 from k3lab.conform import toolparse
 from k3lab.errors import ChecksFailed, EnvError
 from k3lab.launch import suite
@@ -766,12 +766,11 @@ class _Rows:
         self.rows.append(row)
         formats.log("faults", f"{row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})")
         if self.report:
-            self.report.parent.mkdir(parents=True, exist_ok=True)
-            self.report.write_text(json.dumps(self.rows, indent=2))
+            outputs.write_file(self.report, json.dumps(self.rows, indent=2))
             text = markdown(self.rows, time.monotonic() - self.started)
             if self.live:
                 text += "\n## Every live check, its faults and controls\n\n" + coverage_markdown(self.rows, live_checks())
-            self.report.with_suffix(".md").write_text(text)
+            outputs.write_file(self.report.with_suffix(".md"), text)
 
 
 def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from k3lab import __version__, formats, settings
+from k3lab import __version__, formats, outputs, settings
 from k3lab.errors import UsageError
 from k3lab.launch.simimage import neighbours
 from k3lab.model import catalog, runs, siminventory, targetkinds
@@ -168,10 +168,31 @@ class Live:
 def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "sim",
                 inventories: dict[str, str] | None = None, jobs: int | None = None, live: bool = True,
                 inject: dict[str, str] | None = None, timeout: float = 1800, pytest_extra: list[str] | None = None,
-                policy_source: str = "default", strict: bool = False) -> dict[str, Any]:
-    inventories = inventories or {}
-    inject = inject or {}
-    out.mkdir(parents=True, exist_ok=True)
+                policy_source: str = "default", strict: bool = False, force: bool = False) -> dict[str, Any]:
+    """The release into ``out`` (absent or empty; any directory with ``force``): built in a directory beside
+    it and swapped in when complete, so a failed or interrupted release leaves the previous one whole."""
+    out = outputs.check_dir(out, force)
+    with outputs.staged_dir(out) as stage:
+        doc = _release(scenarios, policy, stage, target, inventories or {}, jobs, live, inject or {}, timeout,
+                       pytest_extra, policy_source, strict)
+        doc = _moved(doc, stage, out)
+        outputs.write_file(stage / FILE, json.dumps(doc, indent=2) + "\n")
+        from k3lab.reports import releasereport
+
+        releasereport.write_all(stage, doc, shown_in=out)
+    return doc
+
+
+def _moved(doc: dict[str, Any], stage: Path, out: Path) -> dict[str, Any]:
+    """``doc`` with the paths of the staging directory (run directories, cycle logs) where they will be."""
+    text = json.dumps(doc)
+    old, new = json.dumps(str(stage.absolute()))[1:-1], json.dumps(str(out.absolute()))[1:-1]
+    return json.loads(text.replace(old, new)) if old in text else doc
+
+
+def _release(scenarios: list[str], policy: Policy, out: Path, target: str, inventories: dict[str, str],
+             jobs: int | None, live: bool, inject: dict[str, str], timeout: float, pytest_extra: list[str] | None,
+             policy_source: str, strict: bool) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
     static = {sid: static_rows(sid, inventories.get(sid), {}, target, strict, policy.for_scenario(sid).accepted_findings)
@@ -201,10 +222,6 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
                        "sum_of_cycles_s": round(sum(c.get("wall_s", 0) for c in cycles.values()), 2)},
            "cycles": cycles, "overall": gate.overall(verdicts),
            "scenarios": [v.to_json() for v in verdicts]}
-    (out / FILE).write_text(json.dumps(doc, indent=2) + "\n")
-    from k3lab.reports import releasereport
-
-    releasereport.write_all(out, doc)
     return doc
 
 
@@ -341,9 +358,11 @@ def cmd_release(args) -> int:
     if not args.static_only:
         _require_live(args.target, inventories)
     out = Path(args.out) if args.out else settings.current().releases / time.strftime("%Y%m%d-%H%M%S")
+    force = bool(getattr(args, "force", False))
+    outputs.check_dir(out, force)  # before the first cycle: a bad --out must not cost a release
     doc = run_release(scenarios, policy, out, args.target, inventories, args.jobs, not args.static_only, inject,
                       args.conformance_timeout, list(getattr(args, "pytest_args", []) or []),
-                      str(args.policy or "default"), args.strict)
+                      str(args.policy or "default"), args.strict, force)
     formats.emit(args, doc, lambda d: _print_summary(d, out))
     return gate.EXIT[doc["overall"]]
 

@@ -105,7 +105,7 @@ def test_default_slots_shrink_to_what_the_arp_table_holds(live, arp_limit, monke
 def test_explicit_jobs_and_pytest_workers_are_kept(live, arp_limit, monkeypatch, tmp_path):
     arp_limit.write_text("400\n")
     seen = _slots_seen(monkeypatch)
-    doc = release.run_release(["k3_a3_pd", "a3_pd_pooled", "a5_pd_pooled"], policy.load(), tmp_path, jobs=3,
+    doc = release.run_release(["k3_a3_pd", "a3_pd_pooled", "a5_pd_pooled"], policy.load(), tmp_path / "r", jobs=3,
                               live=True, pytest_extra=["-n", "2"])
     assert doc["jobs"] == seen["jobs"] == 3 and seen["extra"] == ["-n", "2"]
     assert doc["host"]["warnings"][0].startswith("the simulated networks need up to 486 learnt ARP entries")

@@ -1,0 +1,145 @@
+"""Every generated file goes through the one guarded, atomic writer (issue #35 item 1): a full disk is exit 3
+naming the file with the previous file intact, no symlink is written through, a forced release keeps the
+previous one until the new one is complete, and bad ``--out`` values are exit 2 with one line."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from k3lab import errors, outputs
+from k3lab.cli.main import main
+from k3lab.model import policy
+from k3lab.tools import release
+
+RUN = Path(__file__).resolve().parents[2] / "fixtures" / "release" / "run-k3_a3_mixed"
+
+
+def _disk_full(monkeypatch):
+    def write(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def test_disk_full_is_exit_3_naming_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    path = tmp_path / "report.json"
+    path.write_text("old\n")
+    _disk_full(monkeypatch)
+    with pytest.raises(errors.EnvError) as exc:
+        outputs.write_file(path, "new\n")
+    assert exc.value.exit_code == errors.ENVIRONMENT and str(path) in str(exc.value)
+    assert "No space left" in str(exc.value)
+    assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["report.json"]  # no temporary file left
+
+
+def test_disk_full_during_a_report_is_exit_3_and_the_old_reports_stay(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    assert main(["report", str(run)]) == errors.OK
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    _disk_full(monkeypatch)
+    assert main(["report", str(run)]) == errors.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert "No space left" in err and str(run) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_disk_full_during_a_release_leaves_the_previous_release_whole(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "rel"
+    assert main(["release", "--static-only", "-s", "a3_pd_1m", "--out", str(out)]) in (0, 1, 3)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    _disk_full(monkeypatch)
+    assert main(["release", "--static-only", "-s", "a3_pd_1m", "--out", str(out), "--force"]) == errors.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert "No space left" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]  # no staging directory left behind
+
+
+def test_release_refuses_a_non_empty_directory_without_force(tmp_path, capsys):
+    out = tmp_path / "rel"
+    out.mkdir()
+    (out / "release.json").write_text("previous\n")
+    assert main(["release", "--static-only", "-s", "a3_pd_1m", "--out", str(out)]) == errors.USAGE
+    assert "not empty" in capsys.readouterr().err
+    assert (out / "release.json").read_text() == "previous\n"
+
+
+def test_release_refuses_a_symlinked_directory(tmp_path, capsys):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert main(["release", "--static-only", "-s", "a3_pd_1m", "--out", str(tmp_path / "link")]) == errors.USAGE
+    assert "is a symlink" in capsys.readouterr().err and not any(real.iterdir())
+
+
+def test_forced_release_never_writes_through_its_old_symlinks(tmp_path):
+    out, victim = tmp_path / "rel", tmp_path / "victim"
+    out.mkdir()
+    victim.write_text("precious\n")
+    for name in ("release.json", "release.html", "junit.xml"):
+        (out / name).symlink_to(victim)
+    release.run_release(["a3_pd_1m"], policy.load(), out, live=False, force=True)
+    assert victim.read_text() == "precious\n"
+    assert not any((out / n).is_symlink() for n in ("release.json", "release.html", "junit.xml"))
+    assert json.loads((out / "release.json").read_text())["kind"] == "k3lab-release"
+
+
+def test_a_failed_forced_release_keeps_the_previous_one(tmp_path, monkeypatch):
+    out = tmp_path / "rel"
+    out.mkdir()
+    (out / "release.json").write_text("previous\n")
+    from k3lab.reports import releasereport
+
+    def broken(*a, **k):
+        raise RuntimeError("interrupted half-way")
+
+    monkeypatch.setattr(releasereport, "write_all", broken)
+    with pytest.raises(RuntimeError):
+        release.run_release(["a3_pd_1m"], policy.load(), out, live=False, force=True)
+    assert (out / "release.json").read_text() == "previous\n" and sorted(os.listdir(tmp_path)) == ["rel"]
+
+
+def test_static_release_into_an_existing_file_is_exit_2(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert main(["release", "--static-only", "--out", str(tmp_path / "f")]) == errors.USAGE
+    err = capsys.readouterr().err
+    assert "exists and is not a directory" in err and "Traceback" not in err
+
+
+def test_bench_into_an_existing_directory_is_exit_2(tmp_path, capsys):
+    assert main(["bench", "--no-live", "--out", str(tmp_path)]) == errors.USAGE
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_never_writes_through_symlinks(tmp_path):
+    run, victim = tmp_path / "run", tmp_path / "victim"
+    shutil.copytree(RUN, run)
+    victim.write_text("precious\n")
+    for name in ("summary.md", "report.html", "gate.json"):
+        (run / name).symlink_to(victim)
+    assert main(["report", str(run)]) == errors.OK
+    assert victim.read_text() == "precious\n"
+    assert not any((run / n).is_symlink() for n in ("summary.md", "report.html", "gate.json"))
+
+
+def test_faults_json_never_writes_through_symlinks(tmp_path, capsys):
+    victim, out = tmp_path / "victim", tmp_path / "faults.json"
+    victim.write_text("precious\n")
+    out.symlink_to(victim)
+    out.with_suffix(".md").symlink_to(victim)
+    main(["faults", "--static-only", "--id", "S-DEVICES", "--out", str(out)])
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink() and isinstance(json.loads(out.read_text()), list)
+
+
+def test_output_under_a_pseudo_filesystem_is_refused():
+    with pytest.raises(errors.InputError, match="refusing to write under /proc"):
+        outputs.check_file("/proc/self/k3lab.json", force=True)
