@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from k3lab import formats, settings
+from k3lab import formats, outputs, settings
 from k3lab.errors import CHECKS_FAILED, ENVIRONMENT, EnvError, UsageError
 from k3lab.launch import prereq, suite
 from k3lab.launch.backends import LABEL, teardown
@@ -223,7 +223,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     removed, left = teardown(ClientPool(ssh), args.run, todo)
     if state is not None:
         update = {"status": "down-incomplete" if left else "down", "left": left}
-        path.write_text(state.model_copy(update=update).model_dump_json(indent=2))
+        outputs.write_run_file(path, state.model_copy(update=update).model_dump_json(indent=2))
     _log(f"run {args.run}: removed {len(removed)} container(s) on {len(set(todo.values())) - len(set(left.values()))} "
          f"endpoint(s)")
     if left:

@@ -26,6 +26,7 @@ from typing import Callable, Protocol
 
 import requests
 
+from k3lab import outputs
 from k3lab.conform.evidence import check
 from k3lab.launch.backends import tar_of
 from k3lab.launch.endpoints import HOST_PROXY_VARS
@@ -124,7 +125,7 @@ class HostRunner:
         return Path(path).read_text()
 
     def write(self, path, text):
-        Path(path).write_text(text)
+        outputs.write_run_file(Path(path), text)
 
     def workdir(self, name):
         path = self.base / name

@@ -21,7 +21,7 @@ import shlex
 import threading
 from pathlib import Path
 
-from k3lab import settings
+from k3lab import outputs, settings
 from k3lab.conform.toolparse import BUSY, ipv4
 from k3lab.launch.endpoints import CommandResult, FileState
 from k3lab.launch.hwstage import BATCH_TIMEOUT_S
@@ -153,9 +153,7 @@ class Store:
             if path.exists():
                 return {k: CommandResult(**v) for k, v in json.loads(path.read_text()).items()}
             got = self._run(host, node)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({k: v.__dict__ for k, v in got.items()}))
-            tmp.replace(path)
+            outputs.write_run_file(path, json.dumps({k: v.__dict__ for k, v in got.items()}))
             return got
 
     def _run(self, host, node) -> dict[str, CommandResult]:

@@ -31,7 +31,7 @@ from typing import Any, NoReturn, cast
 
 import pytest
 
-from k3lab import paths, settings
+from k3lab import outputs, paths, settings
 from k3lab.conform import evidence
 from k3lab.model import checks
 
@@ -266,9 +266,7 @@ class _Recorder:
                "versions": _versions(), "counts": counts, "collected": self.collected,
                "deselected": self.deselected, "tests": rows}
         path = Path(run_dir) / RESULTS
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=2) + "\n")
-        tmp.replace(path)  # never leave a half-written file for the report to choke on
+        outputs.write_run_file(path, json.dumps(doc, indent=2) + "\n")  # atomic: never a half-written file for the report
 
 
 def _outcome(report) -> str | None:

@@ -35,7 +35,7 @@ from testinfra.backend.base import BaseBackend
 from testinfra.backend.paramiko import ParamikoBackend
 from testinfra.host import Host
 
-from k3lab import settings
+from k3lab import outputs, settings
 from k3lab.errors import ChecksFailed
 from k3lab.launch.endpoints import ClientPool, SshOptions, batch_script, describe, docker_exec, split_batch
 from k3lab.model.plan import NodePlan, Plan
@@ -291,7 +291,7 @@ def run(plan: Plan, pool: ClientPool, run_id: str, run_dir: Path | None = None) 
     facts = collect(plan, pool, run_id)
     findings = hc.evaluate(plan, facts)
     if run_dir is not None:
-        (run_dir / "host-stage.json").write_text(json.dumps({
+        outputs.write_run_file(run_dir / "host-stage.json", json.dumps({
             "seconds": round(time.monotonic() - t, 2), "facts": json.loads(hc.to_json(facts)),
             "findings": [f.__dict__ for f in findings]}, indent=2))
     return findings

@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from k3lab import outputs
 from k3lab.errors import ChecksFailed, InputError
 from k3lab.launch import suite
 
@@ -133,7 +134,7 @@ def gate(run_dir: Path, timings: dict[str, float]) -> None:
     except subprocess.TimeoutExpired:
         raise HardwareStageFailed(f"hardware stage: no verdict within {bound}s; nothing was launched", []) from None
     timings["hardware_stage_s"] = time.monotonic() - t
-    (run_dir / "hardware-stage.txt").write_text(res.stdout + res.stderr)
+    outputs.write_run_file(run_dir / "hardware-stage.txt", res.stdout + res.stderr)
     if res.returncode == 0:
         print(f"[k3lab {time.strftime('%H:%M:%S')}] hardware stage: NPU and HCCN checks passed in "
               f"{timings['hardware_stage_s']:.1f}s", flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import requests
 
-from k3lab import formats, settings, waits
+from k3lab import formats, outputs, settings, waits
 from k3lab.errors import ChecksFailed, RunInterrupted, UsageError
 from k3lab.launch import findings, metrics, targets
 from k3lab.launch.backends import remove_by_label
@@ -55,7 +55,7 @@ class GateFailed(ChecksFailed, RuntimeError):
         self.run_dir = run_dir
         doc = {"stage": self.stage, "node": self.node, "process": self.process,
                "message": str(self).splitlines()[0] if str(self) else "", "log_tail": self.log_tail}
-        (run_dir / runs.GATE_FAILURE).write_text(apikey.redact(json.dumps(doc, indent=2)))
+        outputs.write_run_file(run_dir / runs.GATE_FAILURE, apikey.redact(json.dumps(doc, indent=2)))
 
 
 def _log(msg: str) -> None:
@@ -95,7 +95,7 @@ class Run:
 
     def save(self, status: str) -> None:
         state = runs.RunState.model_validate(self.state(status))  # what every reader will validate
-        (self.dir / runs.RUN_STATE).write_text(state.model_dump_json(indent=2))
+        outputs.write_run_file(self.dir / runs.RUN_STATE, state.model_dump_json(indent=2))
 
     def _record_teardown(self) -> dict[str, str]:
         left = self.scope.left
@@ -213,8 +213,8 @@ def shell_env(run: Run, node) -> dict[str, str]:
     for k in sorted(set(delta) | {k for k in bare if k not in shell and k not in SHELL_NOISE and found}):
         lines.append(f"{k}\n  docker exec: {bare.get(k, '(unset)')}\n  login shell: {shell.get(k, '(unset)')}")
     ndir = run.dir / "evidence" / node.name
-    ndir.mkdir(parents=True, exist_ok=True)
-    (ndir / "shell-env.txt").write_text(apikey.redact("\n".join(lines) + "\n"))
+    outputs.real_dirs(ndir)
+    outputs.write_run_file(ndir / "shell-env.txt", apikey.redact("\n".join(lines) + "\n"))
     return delta
 
 
@@ -376,8 +376,8 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
         _log(f"WARNING: {warning}")
     run_dir = settings.current().runs / run_id
     render.write(static["rendered"], run_dir / "rendered")
-    (run_dir / "plan.json").write_text(render.plan_json(plan))
-    (run_dir / "preflight.json").write_text(json.dumps(static["checked"], indent=2) + "\n")  # the reports list its acceptances
+    outputs.write_run_file(run_dir / "plan.json", render.plan_json(plan))
+    outputs.write_run_file(run_dir / "preflight.json", json.dumps(static["checked"], indent=2) + "\n")  # the reports list its acceptances
     run = Run(run_id, run_dir, plan, static["rendered"], tgt_obj, timings, scope=scope, pipeline=pipeline)
     run.save("starting")
     _log(f"run {run_id}: {scenario} on {tgt}, {len(plan.nodes)} nodes, run dir {run_dir}")
@@ -507,25 +507,25 @@ def collect(run: Run) -> None:
     from k3lab.launch.endpoints import batch_script, split_batch
 
     evidence = run.dir / "evidence"
-    evidence.mkdir(parents=True, exist_ok=True)
+    outputs.real_dirs(evidence)  # a symlink placed at evidence/ must not carry the evidence elsewhere
 
     def one(node) -> None:
         if not run.target.has(node.name):
             return
         ndir = evidence / node.name
-        ndir.mkdir(exist_ok=True)
+        outputs.real_dirs(ndir)
         try:
-            (ndir / "inspect.json").write_text(json.dumps(run.target.inspect(node.name), indent=2, default=str))
+            outputs.write_run_file(ndir / "inspect.json", json.dumps(run.target.inspect(node.name), indent=2, default=str))
             logs = sorted({p.log for p in node.all_processes()})
             script, token = batch_script([f"cat {shlex.quote(log)}" for log in logs] + [OPEN_SOCKETS])
             # the batch frames each command's own rc and output: the exec's status adds nothing
             parts = split_batch(run.target.exec(node.name, ["sh", "-c", script], timeout=30).output, token,
                                 len(logs) + 1)
             for log, got in zip(logs, parts):
-                (ndir / Path(log).name).write_text(apikey.redact(got[1] + got[2] if got else "(no answer)\n"))
-            (ndir / "open-sockets.txt").write_text(apikey.redact(parts[-1][1] if parts[-1] else "(no answer)\n"))
+                outputs.write_run_file(ndir / Path(log).name, apikey.redact(got[1] + got[2] if got else "(no answer)\n"))
+            outputs.write_run_file(ndir / "open-sockets.txt", apikey.redact(parts[-1][1] if parts[-1] else "(no answer)\n"))
         except Exception as exc:  # evidence is best effort; teardown must still run
-            (ndir / "collect-error.txt").write_text(repr(exc))
+            outputs.write_run_file(ndir / "collect-error.txt", repr(exc))
 
     def versions() -> None:
         try:  # versions as evidence, read from the nodes themselves (k3lab.launch.versions)
@@ -533,13 +533,13 @@ def collect(run: Run) -> None:
 
             probe(run)
         except Exception as exc:  # best effort like the rest; the release gate reports a missing versions.json
-            (evidence / "versions-error.txt").write_text(repr(exc))
+            outputs.write_run_file(evidence / "versions-error.txt", repr(exc))
 
     def metrics() -> None:
         for api in run.plan.expect.apis:
             try:
                 text = HTTP.get(f"{api.url}/metrics", timeout=2).text
-                (evidence / f"metrics-{api.node}-{api.url.rsplit(':', 1)[1]}.prom").write_text(text)
+                outputs.write_run_file(evidence / f"metrics-{api.node}-{api.url.rsplit(':', 1)[1]}.prom", text)
             except requests.RequestException:
                 pass
 
@@ -551,8 +551,7 @@ def collect(run: Run) -> None:
         others = [pool.submit(versions), pool.submit(metrics)]
         for node, why in per_node.result().items():  # a host that did not answer: named, the rest collected
             _log(f"evidence: {why}")
-            (evidence / node).mkdir(exist_ok=True)
-            (evidence / node / "collect-error.txt").write_text(why + "\n")
+            outputs.write_run_file(evidence / node / "collect-error.txt", why + "\n")
         for job in others:
             job.result()
     run.timings["collect_s"] = time.monotonic() - t
@@ -590,7 +589,7 @@ def attach(scenario: str, inventory_path: str, options: dict[str, str], scope: R
     plan = rendered.plan
     run_dir = settings.current().runs / run_id
     render.write(rendered, run_dir / "rendered")
-    (run_dir / "plan.json").write_text(render.plan_json(plan))
+    outputs.write_run_file(run_dir / "plan.json", render.plan_json(plan))
     target = AttachedLab.for_inventory(plan, run_id, inv, scope)
     timings: dict[str, float] = {}
     run = Run(run_id, run_dir, plan, rendered, target, timings, scope=scope, pipeline=Pipeline(timings), attached=True)

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from k3lab import outputs
 from k3lab.model import catalog
 
 FILE = "versions.json"
@@ -137,7 +138,7 @@ def probe(run) -> dict[str, Any]:
            "guide": guide_versions(run.plan.seed), "nodes": dict(sorted(nodes.items())), "summary": summarise(nodes)}
     if failed:
         doc["unanswered"] = failed
-    (Path(run.dir) / FILE).write_text(json.dumps(doc, indent=2) + "\n")
+    outputs.write_run_file(Path(run.dir) / FILE, json.dumps(doc, indent=2) + "\n")
     return doc
 
 

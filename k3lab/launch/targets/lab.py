@@ -13,7 +13,7 @@ from typing import Any, Self
 import docker
 from docker.types import Mount
 
-from k3lab import settings
+from k3lab import outputs, settings
 from k3lab.errors import ChecksFailed
 from k3lab.launch.endpoints import (
     ClientPool,
@@ -107,7 +107,7 @@ class LabTarget(DockerTarget):
         t = time.monotonic()
         findings = labpreflight.run(self.plan, self._pool, self.run_id, self.pull)
         seconds = time.monotonic() - t
-        (run.dir / "lab-preflight.json").write_text(json.dumps([f.__dict__ for f in findings], indent=2))
+        outputs.write_run_file(run.dir / "lab-preflight.json", json.dumps([f.__dict__ for f in findings], indent=2))
         try:
             gate.refuse(findings, self.acceptances, self.strict, "lab preflight")
         except ChecksFailed:
