@@ -4,6 +4,7 @@ previous one until the new one is complete, and bad ``--out`` values are exit 2 
 from __future__ import annotations
 
 import errno
+import re
 import json
 import os
 import shutil
@@ -143,3 +144,38 @@ def test_faults_json_never_writes_through_symlinks(tmp_path, capsys):
 def test_output_under_a_pseudo_filesystem_is_refused():
     with pytest.raises(errors.InputError, match="refusing to write under /proc"):
         outputs.check_file("/proc/self/k3lab.json", force=True)
+
+
+# Every way of writing a file the kit's code uses; a new one outside outputs.py must go through it or be
+# listed below with why it is not a generated file an operator reads (docs/development.md, "Writers").
+_WRITES = re.compile(r"\.write_text\(|\.write_bytes\(|\bopen\([^)]*['\"][wax]b?\+?['\"]|\.open\(['\"][wax]|json\.dump\("
+                     r"|shutil\.copy|os\.replace\(|\.rename\(|\.replace\(\w+\)\s*$|os\.open\(|os\.fdopen\(|mkstemp\(")
+ALLOWED = {
+    "k3lab/outputs.py": (7, "the one writer"),
+    "k3lab/render/artefacts.py": (2, "O_EXCL|O_NOFOLLOW files into render's fresh staging directory (outputs.swap_in)"),
+    "k3lab/errors.py": (2, "the crash log: mkstemp, a new private file in the log directory"),
+    "k3lab/cli/main.py": (1, "reopens stdout on /dev/null after a closed pipe"),
+    "k3lab/model/safeyaml.py": (1, "the bounded reader's O_NONBLOCK open (read-only)"),
+    "k3lab/launch/labemu.py": (20, "the lab emulator's own host trees under its state directory, not a run or an output"),
+    "k3lab/launch/simimage/vllm_ascend.py": (4, "the sim image's download cache (temp file + replace, under a lock)"),
+    "k3lab/launch/simimage/image.py": (1, "a tar archive in memory"),
+    "k3lab/launch/backends.py": (1, "a tar archive in memory"),
+    "k3lab/launch/endpoints.py": (1, "the bench's round-trip counter under K3LAB_ROUND_TRIPS"),
+    "k3lab/conform/nodetools.py": (1, "the node-tools cache's lock file (the cache itself: write_run_file)"),
+    "k3lab/tools/bench.py": (3, "a synthetic run in the benchmark's own mkdtemp"),
+    "k3lab/tools/release.py": (1, "a cycle's live log, streamed by the subprocess into the staged release"),
+}
+
+
+def test_no_unguarded_writer():
+    root = Path(__file__).resolve().parents[2]
+    found: dict[str, list[str]] = {}
+    for f in sorted((root / "k3lab").rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        hits = [f"{rel}:{i}: {line.strip()}" for i, line in enumerate(f.read_text().splitlines(), 1)
+                if _WRITES.search(line) and not line.strip().startswith("#")]
+        if hits:
+            found[rel] = hits
+    extra = {rel: hits for rel, hits in found.items() if len(hits) > ALLOWED.get(rel, (0, ""))[0]}
+    assert not extra, ("files written outside k3lab.outputs (use outputs.write_file / write_run_file, or list "
+                       f"the module in ALLOWED with why): {extra}")
