@@ -151,10 +151,14 @@ def _inspect(path: Path, notes: list[str], rel: str) -> dict | None:
 
 
 def _node_dirs(root: Path) -> tuple[str, Path, list[tuple[str, Path]]]:
-    """The layout's kind, the folder whose subfolders are nodes, and those (name, folder) pairs."""
+    """The layout's kind, the folder whose subfolders are nodes, and those (name, folder) pairs. An
+    ``evidence`` that is a symlink is never followed (it would quote files outside the run directory)."""
     evidence = root / "evidence"
-    is_run = evidence.is_dir() or (root / "run-state.json").is_file()
+    linked = evidence.is_symlink()
+    is_run = (evidence.is_dir() and not linked) or (root / "run-state.json").is_file()
     base = evidence if is_run else root
+    if linked:
+        return "run" if is_run else "logs", base, []
     try:
         dirs = sorted((e.name, Path(e.path)) for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
     except OSError:
@@ -171,8 +175,11 @@ def _groups(root: Path) -> tuple[Layout, list[tuple[str, list[Path]]]]:
     # a run's folders that are no node of its plan (evidence/bench) hold logs of no one node
     folders = [(n, found[n]) for n in names] + [(NO_NODE, d) for n, d in dirs if order and n not in order]
     # files straight in the base folder: the run's bench logs, or a hand collection without node folders
-    top = list(_walk(base, MAX_DEPTH)) if base.is_dir() else []
-    return Layout(root, kind, nodes=names), [(NO_NODE, top)] + [(n, list(_walk(d))) for n, d in folders]
+    top = list(_walk(base, MAX_DEPTH)) if base.is_dir() and not base.is_symlink() else []
+    layout = Layout(root, kind, nodes=names)
+    if (root / "evidence").is_symlink():
+        layout.skipped.append(f"evidence (a symlink to {os.readlink(root / 'evidence')}: not followed)")
+    return layout, [(NO_NODE, top)] + [(n, list(_walk(d))) for n, d in folders]
 
 
 def collect(root: Path, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES) -> Layout:

@@ -9,6 +9,8 @@ carries a version, and a corrupted, truncated or foreign file is an :class:`~k3l
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -171,11 +173,21 @@ def _field(exc: ValidationError) -> str:
 MAX_BYTES = 16 << 20
 
 
+def inside(path: Path) -> None:
+    """An InputError when ``path`` is a symlink whose target leaves its folder (the run directory): a
+    reader of a run never quotes a file a link placed there points at."""
+    if path.is_symlink():
+        target = path.resolve()
+        if path.parent.resolve() not in target.parents:
+            raise InputError(f"{path}: is a symlink to {target}, outside the run directory; not read")
+
+
 def read(model: type[M], path: str | Path, max_bytes: int = MAX_BYTES) -> M:
     """Read and validate one artefact file; every failure is an InputError naming the file and field."""
     from k3lab.model import safeyaml  # its bounded reader; yaml stays out of the static commands' start-up
 
     p = Path(path)
+    inside(p)
     try:  # regular file, size and depth caps: an InputError naming the file and the reason
         data = safeyaml.read_json(p, p.name, max_bytes)
     except ValueError as exc:
@@ -222,3 +234,47 @@ def release(out: str | Path) -> Release:
 
 def versions(run_dir: str | Path) -> Versions:
     return read(Versions, Path(run_dir) / "versions.json")
+
+
+# a run's evidence tree: a node folder per plan node, a few files each; bounds for a hostile one
+WALK_FILES = 10_000
+WALK_DEPTH = 6
+WALK_SECONDS = 10.0
+
+
+def walk(run_dir: str | Path, sub: str, max_files: int = WALK_FILES, max_depth: int = WALK_DEPTH,
+         max_seconds: float = WALK_SECONDS) -> tuple[list[str], list[str]]:
+    """(files, skipped): the regular files under ``run_dir/sub`` as run-dir-relative POSIX paths, sorted, and
+    what was not read, each with why. The one walker of a run directory: no symlink is followed (``sub``
+    itself included), at most ``max_files`` files, ``max_depth`` folders down and ``max_seconds``."""
+    root = Path(run_dir)
+    base = root / sub
+    if base.is_symlink():
+        return [], [f"{sub} (a symlink to {os.readlink(base)}: not followed)"]
+    if not base.is_dir():
+        return [], []
+    files: list[str] = []
+    skipped: list[str] = []
+    deadline = time.monotonic() + max_seconds
+    stack = [(base, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append(f"{Path(folder).relative_to(root).as_posix()} (unreadable: {exc.strerror})")
+            continue
+        for e in entries:
+            rel = Path(e.path).relative_to(root).as_posix()
+            if len(files) >= max_files or time.monotonic() > deadline:
+                return sorted(files), [*skipped, f"{sub}: more than {len(files)} files or {max_seconds:.0f}s; the rest not listed"]
+            if e.is_symlink():
+                skipped.append(f"{rel} (a symlink: not followed)")
+            elif e.is_dir(follow_symlinks=False):
+                if depth + 1 < max_depth:
+                    stack.append((Path(e.path), depth + 1))
+                else:
+                    skipped.append(f"{rel} (more than {max_depth} folders deep)")
+            elif e.is_file(follow_symlinks=False):
+                files.append(rel)
+    return sorted(files), skipped

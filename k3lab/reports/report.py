@@ -64,6 +64,7 @@ class Run:
     gate: dict[str, Any] | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
     collected: list[str] | None = None  # what the suite collected (conformance-results.json)
     deselected: int = 0
+    evidence: dict[str, list[str]] = field(default_factory=dict)  # group -> files (_evidence_files), walked once
 
     @property
     def scenario(self) -> str | None:
@@ -146,6 +147,7 @@ def load(run_dir: str | Path) -> Run:
         tests, source = results["tests"], "conformance-results.json"
     elif (run_dir / "junit.xml").exists() or (run_dir / "junit.xml").is_symlink():
         try:
+            runs.inside(run_dir / "junit.xml")
             tests, source = _scrub(read_junit(run_dir / "junit.xml")), "junit.xml"
         except ET.ParseError:
             tests, source = [], "junit.xml (unreadable)"
@@ -159,6 +161,7 @@ def load(run_dir: str | Path) -> Run:
     run.tests = [_normalise(t, run.node_names) for t in tests]
     run.preflight = _json(run_dir / "preflight.json")
     run.collected, run.deselected = results.get("collected"), results.get("deselected") or 0
+    run.evidence = _walk_evidence(run_dir, run.problems)
     return run
 
 
@@ -258,20 +261,23 @@ def _tally(counts: dict[str, int]) -> tuple[int, int, int]:
 
 
 def _evidence_files(run: Run) -> dict[str, list[str]]:
-    """Group -> run-dir-relative paths: top-level files, then evidence/<node>/ and rendered/<node>/."""
+    return run.evidence
+
+
+def _walk_evidence(run_dir: Path, problems: list[str]) -> dict[str, list[str]]:
+    """Group -> run-dir-relative paths: top-level files, then evidence/<node>/ and rendered/<node>/; what
+    was not followed (a symlink, too deep, too many) goes to ``problems``, named."""
     out: dict[str, list[str]] = {}
     top = [n for n in ("plan.json", "run-state.json", "junit.xml", "conformance-results.json")
-           if (run.dir / n).is_file()]
+           if (run_dir / n).is_file() and not (run_dir / n).is_symlink()]
     if top:
         out["run"] = top
     for sub in ("evidence", "rendered"):
-        base = run.dir / sub
-        if not base.is_dir():
-            continue
-        for path in sorted(p for p in base.rglob("*") if p.is_file()):
-            rel = path.relative_to(run.dir)
-            group = rel.parts[1] if len(rel.parts) > 2 else NO_NODE
-            out.setdefault(group, []).append(rel.as_posix())
+        files, skipped = runs.walk(run_dir, sub)  # never leaves the run directory, bounded
+        for rel in files:
+            parts = rel.split("/")
+            out.setdefault(parts[1] if len(parts) > 2 else NO_NODE, []).append(rel)
+        problems.extend(skipped)
     return out
 
 
@@ -397,12 +403,16 @@ def _results_md(run: Run) -> list[str]:
     return lines
 
 
+EVIDENCE_LINKS = 12
+
+
 def _failure_md(row: failures.Row, evidence: dict[str, list[str]]) -> list[str]:
     lines = [f"### {md(row.nodeid)}", "", f"- kind: **{md(row.kind)}**, outcome {md(row.outcome)}"]
     lines += [f"- {key}: {md(val)}" for key, val in zip(failures.COLUMNS, row.values())]
-    files = [r for node in row.nodes for r in evidence.get(node, [])]
-    if files:
-        lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in files))
+    files = [r for node in row.nodes for r in evidence.get(node, [])[:EVIDENCE_LINKS + 1]]
+    if files:  # a few links per failure: every failure listing every file made the summary failures x files
+        more = " (and more: see Evidence)" if len(files) > EVIDENCE_LINKS else ""
+        lines.append("- evidence: " + ", ".join(_link(r, Path(r).name) for r in files[:EVIDENCE_LINKS]) + more)
     return [*lines, ""]
 
 

@@ -4,9 +4,9 @@ previous one until the new one is complete, and bad ``--out`` values are exit 2 
 from __future__ import annotations
 
 import errno
-import re
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -179,3 +179,54 @@ def test_no_unguarded_writer():
     extra = {rel: hits for rel, hits in found.items() if len(hits) > ALLOWED.get(rel, (0, ""))[0]}
     assert not extra, ("files written outside k3lab.outputs (use outputs.write_file / write_run_file, or list "
                        f"the module in ALLOWED with why): {extra}")
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A run directory whose evidence/ is a symlink to a folder of someone else's secrets."""
+    run, other = tmp_path / "run", tmp_path / "other"
+    shutil.copytree(RUN, run)
+    (other / "node0").mkdir(parents=True)
+    (other / "node0" / "secret.log").write_text("ERROR HCCL timeout SECRET-OUTSIDE\n")
+    (run / "evidence").symlink_to(other)
+    return run
+
+
+def test_report_never_follows_an_evidence_symlink_out_of_the_run(tmp_path):
+    run = _outside(tmp_path)
+    assert main(["report", str(run)]) in (errors.OK, errors.CHECKS_FAILED, errors.ENVIRONMENT)
+    summary = (run / "summary.md").read_text()
+    assert "secret.log" not in summary and "secret.log" not in (run / "report.html").read_text()
+    assert "evidence (a symlink to" in summary  # named, not silently dropped
+
+
+def test_triage_never_follows_an_evidence_symlink_out_of_the_run(tmp_path, capsys):
+    from k3lab.diagnosis import logs
+
+    run = _outside(tmp_path)
+    layout = logs.collect(run)
+    assert not any("secret" in f.rel for f in layout.files)
+    assert any("evidence (a symlink to" in s for s in layout.skipped)
+
+
+def test_a_run_artefact_linked_out_of_the_run_is_not_read(tmp_path):
+    from k3lab.model import runs
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (tmp_path / "elsewhere.json").write_bytes((run / "run-state.json").read_bytes())
+    (run / "run-state.json").unlink()
+    (run / "run-state.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(errors.InputError, match="outside the run directory"):
+        runs.run_state(run)
+
+
+def test_the_evidence_walk_is_bounded(tmp_path):
+    from k3lab.model import runs
+
+    deep = tmp_path / "evidence"
+    for i in range(3):
+        (deep / "n0").mkdir(parents=True, exist_ok=True)
+        (deep / "n0" / f"{i}.log").write_text("x")
+    (deep / "a" / "b" / "c").mkdir(parents=True)
+    files, skipped = runs.walk(tmp_path, "evidence", max_files=2, max_depth=2)
+    assert len(files) == 2 and any("the rest not listed" in s for s in skipped)

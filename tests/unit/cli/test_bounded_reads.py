@@ -59,6 +59,8 @@ def test_a_hostile_run_file_is_exit_2_naming_it(tmp_path, capsys, deadline, kind
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
     reason = _hostile(run / name, kind)
+    if kind == "dev-zero" and name != "versions.json":  # a link out of the run directory is not read at all (#35)
+        reason = "outside the run directory"
     t = time.monotonic()
     assert main(["compare", str(RUN), str(run)]) == errors.USAGE
     err = capsys.readouterr().err
@@ -72,12 +74,14 @@ def test_a_hostile_junit_or_release_file_is_exit_2(tmp_path, capsys, deadline, k
     shutil.copytree(RUN, run)
     (run / "conformance-results.json").unlink()
     reason = _hostile(run / "junit.xml", kind)
+    reason = "outside the run directory" if kind == "dev-zero" else reason  # never followed out of the run (#35)
     assert main(["compare", str(RUN), str(run)]) == errors.USAGE
     err = capsys.readouterr().err
     assert "junit.xml" in err and reason in err, err
     rel = tmp_path / "rel"
     rel.mkdir()
     reason = _hostile(rel / "release.json", kind)
+    reason = "outside the run directory" if kind == "dev-zero" else reason
     assert main(["compare", str(rel), str(RUN)]) == errors.USAGE
     err = capsys.readouterr().err
     assert "release.json" in err and reason in err, err
