@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -347,9 +346,11 @@ def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str
 
 
 def _gate(root: Path) -> dict[str, Any] | None:
+    from k3lab.errors import InputError
+
     try:
-        doc = json.loads((root / runs.GATE_FAILURE).read_text())
-    except (OSError, ValueError):
+        doc = runs.read_doc(root / runs.GATE_FAILURE, 4 << 20)
+    except (InputError, ValueError):  # missing, linked out of the run, too large: no stage to name
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -70,7 +70,8 @@ def check_dir(path: str | Path) -> Path:
 
 def read_tail(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, int, int]:
     """(data, size, skipped): the whole file, or its last ``limit`` bytes from the first full line."""
-    with open(path, "rb") as fh:
+    # O_NOFOLLOW|O_NONBLOCK: a file swapped for a link or a FIFO after the walk is refused, never waited on
+    with open(path, "rb", opener=lambda f, flags: os.open(f, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
         size = os.fstat(fh.fileno()).st_size
         if size <= limit:
             return fh.read(limit), size, 0

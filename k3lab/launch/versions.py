@@ -154,13 +154,13 @@ def summarise(nodes: dict[str, dict[str, str | None]]) -> dict[str, str | None]:
 def load(run_dir: str | Path) -> dict[str, Any]:
     """The run's versions.json; {} when missing or half-written (the gate says so). A FIFO, a device, a
     huge file or a field of the wrong type is an InputError naming it (the one bounded reader, its model)."""
-    from k3lab.model import runs, safeyaml
+    from k3lab.model import runs
 
     path = Path(run_dir) / FILE
     if not path.exists() and not path.is_symlink():
         return {}
     try:
-        doc = safeyaml.read_json(path, FILE, runs.MAX_BYTES)
+        doc = runs.read_doc(path)
     except ValueError:
         return {}
     if isinstance(doc, dict):  # a field of the wrong type: an InputError naming file and field (exit 2)

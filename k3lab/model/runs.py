@@ -182,14 +182,21 @@ def inside(path: Path) -> None:
             raise InputError(f"{path}: is a symlink to {target}, outside the run directory; not read")
 
 
-def read(model: type[M], path: str | Path, max_bytes: int = MAX_BYTES) -> M:
-    """Read and validate one artefact file; every failure is an InputError naming the file and field."""
+def read_doc(path: str | Path, max_bytes: int = MAX_BYTES) -> object:
+    """The one reader of a run's JSON files: never through a symlink out of the run directory, a regular
+    file within size and depth caps (an InputError naming the file and why); not JSON is a ValueError."""
     from k3lab.model import safeyaml  # its bounded reader; yaml stays out of the static commands' start-up
 
     p = Path(path)
     inside(p)
+    return safeyaml.read_json(p, p.name, max_bytes)
+
+
+def read(model: type[M], path: str | Path, max_bytes: int = MAX_BYTES) -> M:
+    """Read and validate one artefact file; every failure is an InputError naming the file and field."""
+    p = Path(path)
     try:  # regular file, size and depth caps: an InputError naming the file and the reason
-        data = safeyaml.read_json(p, p.name, max_bytes)
+        data = read_doc(p, max_bytes)
     except ValueError as exc:
         raise InputError(f"{p}: unreadable {p.name}: not valid JSON ({exc})") from None
     try:

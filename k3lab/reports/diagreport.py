@@ -87,12 +87,14 @@ def html(d: Diagnosis) -> Markup:
 
 def add_to_junit(path: Path, d: Diagnosis) -> None:
     """Replace the diagnosis suite of ``path`` (a pytest junit.xml) with this diagnosis."""
-    tree = ET.parse(path)
-    root = tree.getroot()
+    from k3lab.model import runs, safeyaml
+
+    runs.inside(path)
+    root = ET.fromstring(safeyaml.read_capped(path, path.name, runs.MAX_BYTES).encode())  # the report's bound
     if root.tag != "testsuites":  # a bare <testsuite>: wrap it so a second suite can sit beside it
         wrapper = ET.Element("testsuites")
         wrapper.append(root)
-        tree, root = ET.ElementTree(wrapper), wrapper
+        root = wrapper
     for old in [s for s in root.findall("testsuite") if s.get("name") == SUITE]:
         root.remove(old)
     suite = ET.SubElement(root, "testsuite", name=SUITE, tests=str(max(1, len(d.findings[:SHOWN]))),
@@ -104,7 +106,7 @@ def add_to_junit(path: Path, d: Diagnosis) -> None:
     if not d.findings:
         case = ET.SubElement(suite, "testcase", classname=SUITE, name="no-known-cause")
         ET.SubElement(case, "skipped", message=apikey.redact(terminal_lines(d)[-1]))
-    outputs.write_file(path, ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True), flag="report")
+    outputs.write_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True), flag="report")
 
 
 def _single(d: Diagnosis, f: Finding) -> Diagnosis:

@@ -97,12 +97,10 @@ class Run:
 def _json(path: Path) -> dict[str, Any]:
     """A run's JSON file through the one bounded reader: a FIFO, a device, a huge or deeply nested file
     is an InputError naming it (exit 2); a missing or half-written one is reported as what there is."""
-    from k3lab.model import safeyaml  # yaml stays out of the light commands' start-up
-
     if not path.exists() and not path.is_symlink():
         return {}
     try:
-        doc = _scrub(safeyaml.read_json(path, path.name, runs.MAX_BYTES))
+        doc = _scrub(runs.read_doc(path))
     except ValueError:  # half-written: report what there is
         return {}
     return doc if isinstance(doc, dict) else {}
@@ -557,6 +555,6 @@ def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None) -> di
         if diagnosis:
             try:
                 diagreport.add_to_junit(out["junit"], diagnosis)
-            except (ET.ParseError, OSError):
+            except (ET.ParseError, OSError, InputError):  # disk full (EnvError) still stops the report
                 pass  # an unreadable junit.xml is the suite's problem; the other reports carry the diagnosis
     return out

@@ -156,6 +156,7 @@ ALLOWED = {
     "k3lab/errors.py": (2, "the crash log: mkstemp, a new private file in the log directory"),
     "k3lab/cli/main.py": (1, "reopens stdout on /dev/null after a closed pipe"),
     "k3lab/model/safeyaml.py": (1, "the bounded reader's O_NONBLOCK open (read-only)"),
+    "k3lab/diagnosis/logs.py": (1, "triage's read-only O_NOFOLLOW open of a log"),
     "k3lab/launch/labemu.py": (20, "the lab emulator's own host trees under its state directory, not a run or an output"),
     "k3lab/launch/simimage/vllm_ascend.py": (4, "the sim image's download cache (temp file + replace, under a lock)"),
     "k3lab/launch/simimage/image.py": (1, "a tar archive in memory"),
@@ -230,3 +231,13 @@ def test_the_evidence_walk_is_bounded(tmp_path):
     (deep / "a" / "b" / "c").mkdir(parents=True)
     files, skipped = runs.walk(tmp_path, "evidence", max_files=2, max_depth=2)
     assert len(files) == 2 and any("the rest not listed" in s for s in skipped)
+
+
+def test_the_diagnosis_never_quotes_a_gate_failure_linked_out_of_the_run(tmp_path):
+    from k3lab.diagnosis import engine
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (tmp_path / "secret.json").write_text(json.dumps({"stage": "SECRET-OUTSIDE"}))
+    (run / "gate-failure.json").symlink_to(tmp_path / "secret.json")
+    assert engine._gate(run) is None
