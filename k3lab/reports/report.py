@@ -538,10 +538,11 @@ def _matrix_rows(run: Run) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------- entry
 
 
-def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None, run: Run | None = None) -> dict[str, Path]:
     """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present).
-    ``gate``: the run's verdict as the gate decided it (k3lab.reports.runreports.rebuild passes it)."""
-    run = load(run_dir)
+    ``gate``: the run's verdict as the gate decided it (k3lab.reports.runreports.rebuild passes it);
+    ``run``: the run already loaded (a large junit.xml is parsed once less)."""
+    run = run or load(run_dir)
     run.gate = gate
     out = {"summary": run.dir / "summary.md", "html": run.dir / "report.html"}
     # a run that did not pass gets a Diagnosis section: its likely cause from the logs it collected

@@ -26,7 +26,7 @@ def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Pa
     verdict = gate.evaluate_run(policies.load(policy_path).for_scenario(run.scenario), run_dir)
     doc = verdict.to_json()
     outputs.write_file(run_dir / "gate.json", json.dumps(doc, indent=2) + "\n", flag="report")
-    return {**report.write_reports(run_dir, doc), "gate": run_dir / "gate.json"}
+    return {**report.write_reports(run_dir, doc, run), "gate": run_dir / "gate.json"}
 
 
 def cmd_report(args) -> int:
