@@ -241,3 +241,21 @@ def test_the_diagnosis_never_quotes_a_gate_failure_linked_out_of_the_run(tmp_pat
     (tmp_path / "secret.json").write_text(json.dumps({"stage": "SECRET-OUTSIDE"}))
     (run / "gate-failure.json").symlink_to(tmp_path / "secret.json")
     assert engine._gate(run) is None
+
+
+def test_disk_full_during_a_render_is_exit_3_and_keeps_the_previous_render(tmp_path, monkeypatch, capsys):
+    from k3lab.render import artefacts
+
+    out = tmp_path / "r"
+    assert main(["render", "a3_pd_1m", "--out", str(out)]) == errors.OK
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+
+    def full(path, text, mode):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(artefacts, "_write_file", full)
+    capsys.readouterr()
+    assert main(["render", "a3_pd_1m", "--out", str(out), "--force"]) == errors.ENVIRONMENT
+    assert "No space left" in capsys.readouterr().err
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert sorted(os.listdir(tmp_path)) == ["r"]
