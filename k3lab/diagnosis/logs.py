@@ -9,9 +9,11 @@ tail of a larger file: the end of a log is where a failure is), at most ``MAX_FI
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import stat
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -22,6 +24,8 @@ from k3lab.errors import InputError
 MAX_FILE_BYTES = 32 << 20  # per file: the tail of a larger log
 MAX_FILES = 4000
 MAX_DEPTH = 4  # folders below a node's folder
+MAX_ENTRIES = 2 * MAX_FILES  # names listed per folder: a folder of a million files is not sorted whole
+MAX_SECONDS = 60.0  # reading logs, at most: a slow or hostile filesystem ends in a note, not a hang
 # kit evidence that is not a log (its own readers handle the JSON ones)
 SKIP_NAMES = {"shell-env.txt", "open-sockets.txt", "plan.json", "run-state.json"}
 SKIP_SUFFIXES = {".json", ".prom", ".sh", ".yaml", ".yml", ".html", ".md", ".xml", ".svg", ".lock"}
@@ -118,7 +122,8 @@ def _regular(entry: os.DirEntry) -> bool:
 def _walk(base: Path, depth: int = 0):
     """Regular files under ``base`` in a stable order, to MAX_DEPTH folders down, symlinks not followed."""
     try:
-        entries = sorted(os.scandir(base), key=lambda e: e.name)
+        with os.scandir(base) as it:
+            entries = sorted(itertools.islice(it, MAX_ENTRIES), key=lambda e: e.name)
     except OSError:
         return
     for e in entries:
@@ -161,7 +166,8 @@ def _node_dirs(root: Path) -> tuple[str, Path, list[tuple[str, Path]]]:
     if linked:
         return "run" if is_run else "logs", base, []
     try:
-        dirs = sorted((e.name, Path(e.path)) for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+        dirs = sorted((e.name, Path(e.path)) for e in itertools.islice(os.scandir(base), MAX_ENTRIES)
+                      if e.is_dir(follow_symlinks=False))
     except OSError:
         dirs = []
     return ("run" if is_run else "logs"), base, dirs
@@ -186,6 +192,7 @@ def _groups(root: Path) -> tuple[Layout, list[tuple[str, list[Path]]]]:
 def collect(root: Path, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES) -> Layout:
     """Every log file of the directory, per node, read within the bounds."""
     layout, groups = _groups(root)
+    deadline = time.monotonic() + MAX_SECONDS
     for node, paths in groups:
         for path in paths:
             rel = path.relative_to(root).as_posix()
@@ -196,8 +203,8 @@ def collect(root: Path, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FI
                 if layout.kind == "logs":  # in a run directory they are the kit's own files, no news to anyone
                     layout.skipped.append(f"{rel} (not a log: {path.suffix.lower() or path.name})")
                 continue
-            elif len(layout.files) >= max_files:
-                layout.notes.append(f"more than {max_files} files: the rest were not read")
+            elif len(layout.files) >= max_files or time.monotonic() > deadline:
+                layout.notes.append(f"more than {max_files} files or {MAX_SECONDS:.0f}s: the rest were not read")
                 return layout
             else:
                 _add(layout, node, path, rel, max_bytes)

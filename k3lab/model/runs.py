@@ -8,6 +8,7 @@ carries a version, and a corrupted, truncated or foreign file is an :class:`~k3l
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -267,7 +268,8 @@ def walk(run_dir: str | Path, sub: str, max_files: int = WALK_FILES, max_depth: 
     while stack:
         folder, depth = stack.pop()
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            with os.scandir(folder) as it:  # never more names than the cap: a huge folder is not listed whole
+                entries = sorted(itertools.islice(it, max_files + 1), key=lambda e: e.name)
         except OSError as exc:
             skipped.append(f"{Path(folder).relative_to(root).as_posix()} (unreadable: {exc.strerror})")
             continue

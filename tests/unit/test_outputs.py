@@ -259,3 +259,16 @@ def test_disk_full_during_a_render_is_exit_3_and_keeps_the_previous_render(tmp_p
     assert "No space left" in capsys.readouterr().err
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
     assert sorted(os.listdir(tmp_path)) == ["r"]
+
+
+def test_triage_is_bounded_in_names_per_folder_and_time(tmp_path, monkeypatch):
+    from k3lab.diagnosis import logs
+
+    (tmp_path / "n0").mkdir()
+    for i in range(30):
+        (tmp_path / "n0" / f"{i:02}.log").write_text("x\n")
+    monkeypatch.setattr(logs, "MAX_ENTRIES", 10)
+    assert len(logs.collect(tmp_path).files) == 10  # a folder is listed only up to the cap
+    monkeypatch.setattr(logs, "MAX_SECONDS", -1.0)
+    layout = logs.collect(tmp_path)
+    assert not layout.files and any("the rest were not read" in n for n in layout.notes)
