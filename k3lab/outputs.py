@@ -175,10 +175,11 @@ def swap_in(tmp: Path, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(out: Path, flag: str = "--out") -> Iterator[Path]:
+def staged_dir(out: Path, flag: str = "--out", keep_on_error: bool = False) -> Iterator[Path]:
     """A fresh directory beside ``out`` (checked with :func:`check_dir` first) to write a whole tree into;
-    it replaces ``out`` when the block ends without error, else it is deleted and ``out`` is left as it was
-    (a forced release keeps the previous one until the new one is complete)."""
+    it replaces ``out`` when the block ends without error, else it is deleted (kept with ``keep_on_error``:
+    hours of a live release's evidence) and ``out`` is left as it was (a forced release keeps the previous
+    one until the new one is complete)."""
     parent = out.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -192,8 +193,10 @@ def staged_dir(out: Path, flag: str = "--out") -> Iterator[Path]:
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 is for the building, not for the result
         swap_in(tmp, out)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not keep_on_error:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise failed(out, exc, flag) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not keep_on_error:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise

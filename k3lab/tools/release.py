@@ -172,7 +172,9 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
     """The release into ``out`` (absent or empty; any directory with ``force``): built in a directory beside
     it and swapped in when complete, so a failed or interrupted release leaves the previous one whole."""
     out = outputs.check_dir(out, force)
-    with outputs.staged_dir(out) as stage:
+    with outputs.staged_dir(out, keep_on_error=live) as stage:
+        if live:  # where the cycles' runs and logs are until the release is complete (kept if it fails)
+            _log(f"building the release in {stage}; it becomes {out} when complete")
         doc = _release(scenarios, policy, stage, target, inventories or {}, jobs, live, inject or {}, timeout,
                        pytest_extra, policy_source, strict)
         doc = _moved(doc, stage, out)

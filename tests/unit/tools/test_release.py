@@ -124,3 +124,21 @@ def test_every_slot_gets_private_networks_of_its_own():
 def test_jobs_out_of_range_is_a_usage_error(jobs, tmp_path, capsys):
     assert main(["release", "--static-only", "--jobs", jobs, "--out", str(tmp_path)]) == 2
     assert "--jobs takes 1 to 32" in capsys.readouterr().err
+
+
+def test_a_live_release_names_its_runs_where_they_end_up_and_keeps_them_if_it_fails(live, tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    doc = release.run_release(["k3_a3_mixed"], policy.load(), out, live=True)
+    run_dir = doc["scenarios"][0]["run_dir"]
+    assert run_dir.startswith(str(out.absolute()) + "/") and Path(run_dir).is_dir()  # not the staging directory's
+    from k3lab.reports import releasereport
+
+    def broken(*a, **k):
+        raise RuntimeError("crashed after the cycles")
+
+    monkeypatch.setattr(releasereport, "write_all", broken)
+    with pytest.raises(RuntimeError):
+        release.run_release(["k3_a3_mixed"], policy.load(), out, live=True, force=True)
+    assert Path(run_dir).is_dir()  # the previous release is whole
+    [kept] = [p for p in tmp_path.iterdir() if p.name.startswith(".r.k3lab-")]
+    assert (kept / "runs" / "k3_a3_mixed" / "run" / "plan.json").is_file()  # hours of evidence are not deleted
