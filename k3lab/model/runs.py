@@ -183,6 +183,17 @@ def inside(path: Path) -> None:
             raise InputError(f"{path}: is a symlink to {target}, outside the run directory; not read")
 
 
+def within(run_dir: str | Path, rel: str) -> Path:
+    """``run_dir/rel`` when no folder or file on the way down is a symlink (evidence/ included); else an
+    InputError naming the link: a reader of a run never follows one out of it."""
+    path = Path(run_dir)
+    for part in Path(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            raise InputError(f"{path}: is a symlink (to {os.readlink(path)}) in the run directory; not followed")
+    return path
+
+
 def read_doc(path: str | Path, max_bytes: int = MAX_BYTES) -> object:
     """The one reader of a run's JSON files: never through a symlink out of the run directory, a regular
     file within size and depth caps (an InputError naming the file and why); not JSON is a ValueError."""

@@ -81,7 +81,7 @@ def _lab_run(run_dir: Path):
 
 
 def _bench_result(run_dir: Path) -> dict:
-    result_path = run_dir / "evidence" / "bench" / "perf-result.json"
+    result_path = runs.within(run_dir, "evidence/bench/perf-result.json")
     if not result_path.is_file():
         raise UsageError(f"{run_dir}: no evidence/bench/perf-result.json (run the cycle with -- --perf)")
     try:
@@ -92,7 +92,7 @@ def _bench_result(run_dir: Path) -> dict:
 
 def _bench_command(run_dir: Path, workload: dict) -> str | None:
     """The saved vllm bench serve command line; its random lengths join ``workload`` (not in the result)."""
-    argv = run_dir / "evidence" / "bench" / "perf-argv.txt"
+    argv = runs.within(run_dir, "evidence/bench/perf-argv.txt")
     if not argv.is_file():
         return None
     text = safeyaml.read_capped(argv, "benchmark command", 1 << 20)

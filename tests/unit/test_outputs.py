@@ -272,3 +272,16 @@ def test_triage_is_bounded_in_names_per_folder_and_time(tmp_path, monkeypatch):
     monkeypatch.setattr(logs, "MAX_SECONDS", -1.0)
     layout = logs.collect(tmp_path)
     assert not layout.files and any("the rest were not read" in n for n in layout.notes)
+
+
+def test_baseline_never_reads_bench_evidence_through_a_symlink(tmp_path):
+    from k3lab.model import runs
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    (other / "bench").mkdir(parents=True)
+    (other / "bench" / "perf-result.json").write_text("{}")
+    run.mkdir()
+    (run / "evidence").symlink_to(other)
+    with pytest.raises(errors.InputError, match="evidence: is a symlink"):
+        runs.within(run, "evidence/bench/perf-result.json")
+    assert runs.within(other, "bench/perf-result.json").is_file()
