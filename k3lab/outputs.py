@@ -127,24 +127,29 @@ def write_file(path: Path, text: str | bytes, mode: int = 0o644, flag: str = "--
     return path
 
 
-def write_run_file(path: str | Path, text: str | bytes) -> Path:
+def write_run_file(path: str | Path, text: str | bytes, root: str | Path | None = None) -> Path:
     """A file the kit writes into a run directory while it runs: atomic, never through a symlink placed there
     (file or parent folder); a failure names the file (disk full: exit 3)."""
     path = Path(path)
-    real_dirs(path.parent)
+    real_dirs(path.parent, root)
     return write_file(path, text, flag="run file")
 
 
-def real_dirs(path: str | Path) -> Path:
-    """``path`` and the folders up to it, created when missing; a symlink among the ones created here or
-    the last one is refused (a link placed in a run directory must not carry the kit's files out of it)."""
+def real_dirs(path: str | Path, root: str | Path | None = None) -> Path:
+    """``path`` and the folders up to it, created when missing; ``path`` and every folder between ``root``
+    (the run directory) and it must be real folders, not symlinks (a link placed in a run directory must
+    not carry the kit's files out of it)."""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise failed(path, exc, "run directory") from None
-    if path.is_symlink() or not path.is_dir():
-        raise InputError(f"run directory {path}: is a symlink or not a directory; the kit writes only into real folders")
+    below = path.relative_to(root).parts if root is not None else ()
+    folders = [Path(root or path).joinpath(*below[:i]) for i in range(1, len(below) + 1)] or [path]
+    for folder in folders:
+        if folder.is_symlink() or not folder.is_dir():
+            raise InputError(f"run directory {folder}: is a symlink or not a directory; the kit writes only into "
+                             f"real folders")
     return path
 
 

@@ -213,7 +213,7 @@ def shell_env(run: Run, node) -> dict[str, str]:
     for k in sorted(set(delta) | {k for k in bare if k not in shell and k not in SHELL_NOISE and found}):
         lines.append(f"{k}\n  docker exec: {bare.get(k, '(unset)')}\n  login shell: {shell.get(k, '(unset)')}")
     ndir = run.dir / "evidence" / node.name
-    outputs.real_dirs(ndir)
+    outputs.real_dirs(ndir, run.dir)  # evidence/ and the node's folder: real folders
     outputs.write_run_file(ndir / "shell-env.txt", apikey.redact("\n".join(lines) + "\n"))
     return delta
 

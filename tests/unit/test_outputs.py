@@ -285,3 +285,19 @@ def test_baseline_never_reads_bench_evidence_through_a_symlink(tmp_path):
     with pytest.raises(errors.InputError, match="evidence: is a symlink"):
         runs.within(run, "evidence/bench/perf-result.json")
     assert runs.within(other, "bench/perf-result.json").is_file()
+
+
+def test_a_run_file_is_never_written_through_a_symlinked_folder_or_file(tmp_path):
+    run, other = tmp_path / "run", tmp_path / "other"
+    (other / "node0").mkdir(parents=True)
+    run.mkdir()
+    (run / "evidence").symlink_to(other)
+    with pytest.raises(errors.InputError, match="evidence: is a symlink"):
+        outputs.write_run_file(run / "evidence" / "node0" / "shell-env.txt", "x", root=run)
+    with pytest.raises(errors.InputError, match="is a symlink"):
+        outputs.write_run_file(run / "evidence" / "x.txt", "x")
+    assert not any((other / "node0").iterdir()) and not (other / "x.txt").exists()
+    (tmp_path / "victim").write_text("precious\n")
+    (run / "run-state.json").symlink_to(tmp_path / "victim")
+    outputs.write_run_file(run / "run-state.json", "{}")
+    assert (tmp_path / "victim").read_text() == "precious\n" and not (run / "run-state.json").is_symlink()
