@@ -57,7 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import catalog, checks, hints, validation
+from k3lab.model import catalog, checks, hints, pins, validation
 from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
@@ -119,9 +119,15 @@ class Accuracy(_Strict):
 class VersionRule(_Strict):
     component: Literal[COMPONENTS]  # type: ignore[valid-type]
     expect: str = Field("guide", min_length=1, max_length=200,
-                        description="'guide' (the scenario's guide), or a version; 0.23.0 also matches 0.23.0.post1")
+                        description="'guide' (exactly the scenario's guide's pin), 'any', an exact version (0.23.0 "
+                        "is not 0.23.0.post1), or a PEP 440 range such as '>=0.23.0,<0.23.1'")
     level: Level = "block"
     reason: str = ""
+
+    @field_validator("expect")
+    @classmethod
+    def _expect(cls, v: str) -> str:
+        return pins.check_expect(v)
 
 
 class AcceptedDeviation(_Strict):

@@ -123,7 +123,10 @@ def _metrics(props: dict[str, str]) -> tuple[dict[str, float], list[str]]:
     return metrics, bad
 
 
-def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[Item]:
+def version_items(eff: Effective, scenario: str, doc: dict[str, Any], plan_nodes: list[str] | None = None) -> list[Item]:
+    """One item per policy version rule. The gate decides on what should have answered (#35): a version is
+    judged on every plan node, so a node that did not answer (``unanswered``, or absent from ``nodes``) or that
+    answered without the component leaves the rule INCOMPLETE, never a PASS read off the nodes that did."""
     summary = doc.get("summary") or {}
     guide = versions.guide_of(scenario)
     items = []
@@ -135,19 +138,47 @@ def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[It
             items.append(Item(key, key, "versions", rule.level, "na", f"the guide pins no {rule.component} version; "
                               f"recorded {actual or 'nothing'}", actual=str(actual or "")))
             continue
-        if not doc:
-            status, msg = "incomplete", "no versions.json: the nodes' versions were not read"
-        elif actual is None:
-            status, msg = "incomplete", f"{rule.component} not found on any node"
-        elif str(actual).startswith("mixed: "):
-            status, msg = "fail", f"{rule.component} differs between nodes: {actual[7:]}"
-        elif versions.matches(str(actual), expected):
-            status, msg = "pass", f"{rule.component} {actual}"
-        else:
-            status, msg = "fail", f"{rule.component} is {actual}, the policy expects {expected} ({rule.reason})"
+        status, msg = _version_status(rule.component, actual, expected, doc, plan_nodes or [])
+        if status == "fail" and not str(actual).startswith("mixed: "):
+            msg += f" ({rule.reason})"
         items.append(Item(key, key, "versions", rule.level, status, msg, None, rule.reason or "policy versions",
                           expected, str(actual or "")))
     return items
+
+
+def _version_status(component: str, actual: Any, expected: str, doc: dict[str, Any],
+                    plan_nodes: list[str]) -> tuple[str, str]:
+    if not doc:
+        return "incomplete", "no versions.json: the nodes' versions were not read"
+    if actual is None:
+        return "incomplete", f"{component} not found on any node"
+    if str(actual).startswith("mixed: "):
+        return "fail", f"{component} differs between nodes: {actual[7:]}"
+    if not versions.matches(str(actual), expected):
+        return "fail", f"{component} is {actual}, the policy expects {expected}"
+    unread = _unread(component, doc, plan_nodes)
+    if unread:
+        return "incomplete", (f"{component} {actual} on the nodes that answered, but {len(unread)} of "
+                              f"{len(plan_nodes) or len(unread)} node(s) not read: {'; '.join(unread[:5])}"
+                              + (" ..." if len(unread) > 5 else ""))
+    return "pass", f"{component} {actual}"
+
+
+def _unread(component: str, doc: dict[str, Any], plan_nodes: list[str]) -> list[str]:
+    """The plan nodes whose ``component`` was not read, each with why."""
+    nodes = doc.get("nodes") or {}
+    unanswered = doc.get("unanswered") or {}
+    if isinstance(unanswered, list):
+        unanswered = {n: f"{n}: did not answer" for n in unanswered}
+    out = []
+    for name in plan_nodes or sorted(set(nodes) | set(unanswered)):
+        if name in unanswered:
+            out.append(str(unanswered[name]))
+        elif name not in nodes:
+            out.append(f"{name}: not in {versions.FILE}")
+        elif not (nodes.get(name) or {}).get(component):
+            out.append(f"{name}: answered without {component}")
+    return out
 
 
 def deviation_items(eff: Effective, plan: dict[str, Any]) -> list[Item]:
@@ -205,7 +236,7 @@ def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | 
     if plan_problem:  # without the plan, the version and deviation items cannot be judged: never PASS
         items.append(Item("live.plan", "live.plan", "live", "block", "incomplete", plan_problem))
     else:
-        items += version_items(eff, eff.scenario, vers)
+        items += version_items(eff, eff.scenario, vers, [str(n.get("name")) for n in run.plan["nodes"]])
         items += deviation_items(eff, run.plan)
     if not vers:
         items.append(Item("live.versions", "live.versions", "live", "block", "incomplete",

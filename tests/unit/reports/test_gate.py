@@ -94,6 +94,58 @@ def test_wrong_guide_version_fails_and_missing_versions_are_incomplete(run):
     assert v.verdict == "INCOMPLETE" and "no versions.json" in v.reasons[0]
 
 
+def _versions(run: Path, edit) -> None:
+    doc = json.loads((run / "versions.json").read_text())
+    edit(doc)
+    (run / "versions.json").write_text(json.dumps(doc))
+
+
+def test_nodes_that_did_not_answer_make_versions_incomplete(run):
+    """#35: three of four nodes unanswered still read PASS (the summary is of the one that answered)."""
+    def edit(doc):
+        for n in ("node1", "node2", "node3"):
+            del doc["nodes"][n]
+        doc["unanswered"] = {n: f"{n} (unix:///var/run/docker.sock): no answer within 60 s" for n in ("node1", "node2", "node3")}
+    _versions(run, edit)
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "INCOMPLETE", v.reasons
+    assert any("versions.vllm_ascend" in r and "3 of 4 node(s)" in r and "node1" in r for r in v.reasons), v.reasons
+
+
+def test_a_plan_node_missing_from_versions_json_is_unanswered(run):
+    _versions(run, lambda doc: doc["nodes"].pop("node3"))
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "INCOMPLETE" and any("node3" in r for r in v.reasons), v.reasons
+
+
+def test_a_node_that_answered_without_the_component_is_not_read(run):
+    _versions(run, lambda doc: doc["nodes"]["node2"].update(vllm_ascend=None))
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "INCOMPLETE" and any("node2" in r and "vllm_ascend" in r for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("found", ["0.23.0.post1", "0.23.0+fork", "1!0.23.0"])
+def test_a_version_that_only_starts_like_the_pin_fails(run, found):
+    def edit(doc):
+        doc["summary"]["vllm_ascend"] = found
+        for n in doc["nodes"].values():
+            n["vllm_ascend"] = found
+    _versions(run, edit)
+    v = gate.evaluate_run(EFF, run)
+    assert v.verdict == "FAIL" and f"vllm_ascend is {found}, the policy expects 0.23.0" in v.reasons[0]
+
+
+def test_a_declared_range_accepts_a_patch_build(run):
+    def edit(doc):
+        doc["summary"]["vllm_ascend"] = "0.23.0.post1"
+        for n in doc["nodes"].values():
+            n["vllm_ascend"] = "0.23.0.post1"
+    _versions(run, edit)
+    pol = policy.parse("defaults:\n  versions:\n    - {component: vllm_ascend, expect: '>=0.23.0,<0.23.1', "
+                       "reason: the fix releases of 0.23.0}\n").over(policy.load())
+    assert gate.evaluate_run(pol.for_scenario("k3_a3_mixed"), run).verdict == "PASS"
+
+
 def test_an_unaccepted_deviation_fails(run):
     plan = json.loads((run / "plan.json").read_text())
     plan["deviations"].append({"id": "new-thing", "scope": "seed", "what": "a new flag", "why": "?"})
