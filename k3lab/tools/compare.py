@@ -60,7 +60,19 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
 
 
 def _items(v: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    return {i["key"]: i for i in (v or {}).get("items", [])}
+    """Items by key; two items with one key (a release written by hand or by another kit) count as the worse
+    of them, never as whichever came last (#35)."""
+    out: dict[str, dict[str, Any]] = {}
+    for i in (v or {}).get("items", []):
+        cur = out.get(i["key"])
+        if cur is None or _rank(i) < _rank(cur):
+            out[i["key"]] = i
+    return out
+
+
+def _rank(item: dict[str, Any]) -> int:
+    status = item.get("status")
+    return gate.ORDER.index(status) if status in gate.ORDER else 0  # an unknown status is no pass
 
 
 def _metric_rule(metric: str, threshold: float, tolerance: float) -> tuple[str, Any]:
