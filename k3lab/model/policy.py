@@ -50,6 +50,7 @@ error names the file and the field.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,6 +136,27 @@ class AcceptedDeviation(_Strict):
     reason: str = Field(..., min_length=1, description="why the release accepts it")
 
 
+class MustWaiver(_Strict):
+    check: str = Field(..., min_length=1, max_length=200, description="the MUST check's id, exactly (k3lab checks); no glob")
+    reason: str = Field(..., min_length=1, max_length=500, description="why this lab releases without it (mandatory)")
+
+    @field_validator("reason")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a waiver of a MUST check needs a reason in words")
+        return v
+
+    @field_validator("check")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        ids = [c.id for c in _suite()]
+        if v not in ids:
+            hint = hints.hint(v, ids) or "; k3lab checks lists the check ids"
+            raise ValueError(f"no check {v!r} (a waiver names one check id exactly, never a glob){hint}")
+        return v
+
+
 class ScenarioPolicy(_Strict):
     must: Level | None = None
     other: Level | None = None
@@ -150,6 +172,9 @@ class ScenarioPolicy(_Strict):
     accepted_findings: list[AcceptedFinding] = Field(
         default_factory=list, description="preflight warnings accepted on purpose (check id, nodes, mandatory reason): release "
         "--strict fails on the others, every report lists them")
+    waive_must: list[MustWaiver] = Field(
+        default_factory=list, description="MUST checks of the core suite this policy lets not block (level warn or "
+        "ignore via must, areas or checks), each named with its reason; a downgrade not named here is refused")
 
 
 class Policy(_Strict):
@@ -217,19 +242,22 @@ class Effective:
         self.versions: list[VersionRule] = data["versions"]
         self.accepted: list[AcceptedDeviation] = data["accepted_deviations"]
         self.accepted_findings: list[AcceptedFinding] = data["accepted_findings"]
+        self.waive_must: list[MustWaiver] = data["waive_must"]
+        self.waived: dict[str, str] = {w.check: w.reason for w in self.waive_must}
 
     @classmethod
     def merge(cls, sid: str, *given: ScenarioPolicy | None) -> Effective:
         layers = [layer for layer in given if layer is not None]
         data: dict[str, Any] = dict(cls.BUILTIN, areas={}, checks={}, not_applicable=[], versions=[],
-                                    accepted_deviations=[], accepted_findings=[], threshold=0.97, tolerance=1.0)
+                                    accepted_deviations=[], accepted_findings=[], waive_must=[], threshold=0.97,
+                                    tolerance=1.0)
         for layer in layers:
             for key in ("must", "other", "static", "unaccepted_deviation"):
                 if getattr(layer, key) is not None:
                     data[key] = getattr(layer, key)
             data["areas"] = {**data["areas"], **layer.areas}
             data["checks"] = {**data["checks"], **layer.checks}
-            for key in ("not_applicable", "versions", "accepted_deviations", "accepted_findings"):
+            for key in ("not_applicable", "versions", "accepted_deviations", "accepted_findings", "waive_must"):
                 data[key] = data[key] + list(getattr(layer, key))
             if layer.perf.threshold is not None:
                 data["threshold"] = layer.perf.threshold
@@ -246,10 +274,11 @@ class Effective:
                 "unaccepted_deviation": self.unaccepted_deviation, "areas": self.areas, "checks": self.checks,
                 "not_applicable": dump(self.not_applicable), "perf": {"threshold": self.threshold},
                 "accuracy": {"tolerance": self.tolerance}, "versions": dump(self.versions),
-                "accepted_deviations": dump(self.accepted), "accepted_findings": dump(self.accepted_findings)}
+                "accepted_deviations": dump(self.accepted), "accepted_findings": dump(self.accepted_findings),
+                "waive_must": dump(self.waive_must)}
 
-    def level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
-        """(level, why) for one conformance check."""
+    def stated_level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
+        """(level, why) for one conformance check as the policy's must/other, areas and checks state it."""
         for pattern in sorted(self.checks, key=len, reverse=True):
             if fnmatch.fnmatchcase(check_id, pattern):
                 return self.checks[pattern], f"policy checks[{pattern!r}]"
@@ -258,6 +287,30 @@ class Effective:
         if "MUST" in must:
             return self.must, "MUST statement"
         return self.other, "no MUST statement"
+
+    def level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
+        """(level, why) for one conformance check. A core MUST check the policy lets not block keeps blocking
+        unless ``waive_must`` names it with a reason (#35: a glob or ``must: ignore`` never waives by omission)."""
+        level, why = self.stated_level(check_id, area, must)
+        if level == "block" or not must_gated(area, must):
+            return level, why
+        if check_id in self.waived:
+            return level, f"{why}; MUST waived: {self.waived[check_id]}"
+        return "block", f"MUST statement ({why} says {level}, but waive_must does not name it)"
+
+    def waiver(self, check_id: str, area: str, must: str) -> str | None:
+        """The reason a MUST check does not block here (named in ``waive_must``), else None."""
+        level, _ = self.stated_level(check_id, area, must)
+        return self.waived[check_id] if level != "block" and must_gated(area, must) and check_id in self.waived else None
+
+    def unwaived(self) -> list[str]:
+        """Core MUST checks this policy lets not block without naming them in ``waive_must``: each 'id (why)'."""
+        out = []
+        for c in _suite():
+            level, why = self.stated_level(c.id, c.area, c.must)
+            if level != "block" and must_gated(c.area, c.must) and c.id not in self.waived:
+                out.append(f"{c.id} ({why}: {level})")
+        return out
 
     def not_applicable_reason(self, check_id: str, message: str, na_reason: str | None = None) -> str | None:
         """The listed rule a skip matches: its reason id (``na_reason``, recorded by the suite; from the
@@ -286,6 +339,42 @@ class Effective:
             if fnmatch.fnmatchcase(dev_id, acc.id):
                 return acc.reason
         return None
+
+
+@functools.lru_cache(maxsize=1)
+def _suite() -> tuple[checks.CheckInfo, ...]:
+    """The live suite's checks (read once: the files are parsed, never imported)."""
+    return tuple(checks.suite_checks())
+
+
+def opt_in_areas() -> frozenset[str]:
+    """Areas of the opt-in modules (conformance/*.py not named test_*: --perf, --accuracy, ...): run only on
+    request, their level is the policy's choice (the default warns) and needs no waiver."""
+    return _opt_in_areas()
+
+
+@functools.lru_cache(maxsize=1)
+def _opt_in_areas() -> frozenset[str]:
+    return frozenset(c.area for c in _suite() if not c.source.split("::")[0].split("/")[-1].startswith("test_"))
+
+
+def must_gated(area: str, must: str) -> bool:
+    """A check whose MUST blocks unless a policy waives it by name: a core suite check stating MUST."""
+    return "MUST" in must and area not in opt_in_areas()
+
+
+def waiver_problems(pol: Policy) -> list[str]:
+    """Per scenario section (and defaults), the core MUST checks the policy downgrades without naming them."""
+    from k3lab.model import catalog as _catalog
+
+    out: list[str] = []
+    seen: set[str] = set()
+    for sid in ["", *_catalog.SCENARIOS]:
+        for item in pol.for_scenario(sid).unwaived():
+            if item not in seen:
+                seen.add(item)
+                out.append(item if not sid else f"{item} in scenario {sid}")
+    return out
 
 
 # --------------------------------------------------------------------------------------- loading
@@ -326,6 +415,11 @@ def load(path: str | Path | None = None) -> Policy:
     pol = _validate(data, str(path), lines)
     if pol.extends == "default" and path.resolve() != DEFAULT_PATH.resolve():
         pol.over(load())
+    problems = waiver_problems(pol)
+    if problems:  # a downgrade of MUST checks that names none of them: refused, never a PASS by omission
+        raise PolicyError(f"{path}: the policy lets {len(problems)} MUST check(s) not block without naming them: "
+                          f"{'; '.join(problems[:6])}{' ...' if len(problems) > 6 else ''}. Name each in waive_must "
+                          "with its reason ({check: ID, reason: WHY}), or keep it blocking")
     return pol
 
 

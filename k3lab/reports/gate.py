@@ -36,6 +36,7 @@ class Item:
     actual: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # perf.* / accuracy.* properties
     duration: float = 0.0  # seconds the check (or static step) took; JUnit's time
+    waived: str = ""    # a MUST check the policy's waive_must lets not block: its reason
 
 
 @dataclass
@@ -48,8 +49,21 @@ class Verdict:
     versions: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "verdict": self.verdict, "reasons": self.reasons,
-                "run_dir": self.run_dir, "versions": self.versions, "items": [asdict(i) for i in self.items]}
+        return {"scenario": self.scenario, "verdict": self.verdict, "label": self.label, "reasons": self.reasons,
+                "waived_must": self.waived_must(), "run_dir": self.run_dir, "versions": self.versions,
+                "items": [asdict(i) for i in self.items]}
+
+    def waived_must(self) -> list[str]:
+        """MUST checks that did not pass and did not block only because the policy's waive_must names them:
+        'id: reason', one per check id."""
+        out = {i.id: f"{i.id}: {i.waived}" for i in self.items
+               if i.waived and i.status in ("fail", "incomplete", "warn")}
+        return sorted(out.values())
+
+    @property
+    def label(self) -> str:
+        """The verdict as every report says it: a PASS reached with waived MUST checks says how many (#35)."""
+        return label(self.verdict, len(self.waived_must()))
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Verdict:
@@ -64,6 +78,10 @@ class Verdict:
             if cur is None or ORDER.index(_effective(item)) < ORDER.index(cur):
                 out[item.area] = _effective(item)
         return out
+
+
+def label(verdict: str, waived: int) -> str:
+    return f"{verdict} with {waived} waived MUST checks" if verdict == PASS and waived else verdict
 
 
 def _effective(item: Item) -> str:
@@ -84,14 +102,15 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         props = t["properties"]
         area = t["area"]
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
-        level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
+        must = props.get("conformance.must", t.get("must", "")) or ""
+        level, why = eff.level(cid, area, must)
         status, msg = _status(eff, cid, t["outcome"], t["message"], props, t.get("na_reason"))
         metrics, bad = _metrics(props)
         if bad and status in ("pass", "na", "warn"):  # a number that is no measurement never passes
             status, msg = "incomplete", f"not a measurement: {'; '.join(bad)}"
         items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
                           props.get("expected", ""), props.get("actual", ""), metrics,
-                          float(t.get("duration") or 0.0)))
+                          float(t.get("duration") or 0.0), eff.waiver(cid, area, must) or ""))
     return items
 
 
@@ -276,3 +295,8 @@ def _missing_checks(run: report.Run) -> list[Item]:
 def overall(verdicts: list[Verdict]) -> str:
     kinds = {v.verdict for v in verdicts}
     return FAIL if FAIL in kinds else INCOMPLETE if INCOMPLETE in kinds or not verdicts else PASS
+
+
+def overall_label(verdicts: list[Verdict]) -> str:
+    """The release's verdict as its reports say it: a PASS with waived MUST checks counts them (per scenario)."""
+    return label(overall(verdicts), sum(len(v.waived_must()) for v in verdicts))

@@ -77,7 +77,9 @@ def test_an_environment_failure_is_incomplete(run):
 
 
 def test_a_warning_check_failing_does_not_fail(run):
-    eff = policy.Effective.merge("k3_a3_mixed", policy.load().defaults, policy.ScenarioPolicy(checks={"npu.*": "warn"}))
+    waive = [policy.MustWaiver(check="npu.test_npu_smi_devices_healthy", reason="lab without health alarms wired")]
+    eff = policy.Effective.merge("k3_a3_mixed", policy.load().defaults,
+                                 policy.ScenarioPolicy(checks={"npu.*": "warn"}, waive_must=waive))
     _edit(run, NPU, outcome="failed", message="Alarm")
     v = gate.evaluate_run(eff, run)
     assert v.verdict == "PASS" and v.areas()["npu"] == "warn"
@@ -189,3 +191,30 @@ def test_release_report_escapes_and_junit_parses(run, tmp_path, monkeypatch):
     root = ET.parse(paths["junit"]).getroot()
     failures = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None]
     assert failures == [NPU] and root.get("failures") == "1"
+
+
+def _fail_every_check(run: Path) -> None:
+    path = run / "conformance-results.json"
+    doc = json.loads(path.read_text())
+    for t in doc["tests"]:
+        t.update(outcome="failed", message="broken")
+    path.write_text(json.dumps(doc))
+
+
+def test_a_policy_that_ignores_every_must_never_turns_failures_into_pass(run):
+    """#35: must: ignore, other: ignore (not refused when built in code) judged a run whose every check failed PASS."""
+    _fail_every_check(run)
+    pol = policy.parse("defaults: {must: ignore, other: ignore, checks: {'*': ignore}}\n").over(policy.load())
+    v = gate.evaluate_run(pol.for_scenario("k3_a3_mixed"), run)
+    assert v.verdict == "FAIL" and "waive_must does not name it" in next(i.why_level for i in v.items if i.area == "npu")
+
+
+def test_a_pass_with_waived_must_checks_says_so(run):
+    _edit(run, NPU, outcome="failed", message="Alarm")
+    pol = policy.parse("defaults:\n  checks: {'npu.*': warn}\n  waive_must:\n    - {check: npu.test_npu_smi_devices_healthy, "
+                       "reason: no health alarms wired on this rack}\n").over(policy.load())
+    v = gate.evaluate_run(pol.for_scenario("k3_a3_mixed"), run)
+    assert (v.verdict, v.label) == ("PASS", "PASS with 1 waived MUST checks")
+    assert v.waived_must() == ["npu.test_npu_smi_devices_healthy: no health alarms wired on this rack"]
+    assert v.to_json()["label"] == "PASS with 1 waived MUST checks"
+    assert gate.evaluate_run(EFF, FIX).label == "PASS"  # the default waives nothing
