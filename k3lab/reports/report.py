@@ -82,6 +82,11 @@ class Run:
         return sum(t["outcome"] == outcome for t in self.tests)
 
     @property
+    def verdict_label(self) -> str:
+        """The verdict as the reports say it: the gate's label ('PASS with N waived MUST checks', #35) when judged."""
+        return str((self.gate or {}).get("label") or self.verdict)
+
+    @property
     def verdict(self) -> str:
         """The gate's verdict when the run was judged (the word compare and release show), else the outcome rule."""
         if self.gate:
@@ -305,7 +310,7 @@ def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
     p, v = run.plan, _versions(run)
     counts = f"{run.count('passed')} passed, {run.count('failed')} failed, {run.count('error')} errors, " \
              f"{run.count('skipped')} skipped" + (f", {run.count('xfailed')} xfailed" if run.count("xfailed") else "")
-    lines = [f"# k3lab acceptance: {md(p.get('scenario', '?'))}: {run.verdict}", "",
+    lines = [f"# k3lab acceptance: {md(p.get('scenario', '?'))}: {run.verdict_label}", "",
              "| | |", "|---|---|",
              f"| Scenario | {md(p.get('scenario', '?'))}: {md(p.get('title', ''))} |",
              f"| Seed | {md(p.get('seed', '?'))}, {md(p.get('section', ''))} |",
@@ -313,7 +318,7 @@ def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
              f"| Inventory | {md(p.get('inventory', '?'))} |",
              f"| Run | {md(_run_label(run))} |",
              f"| Versions | k3lab {md(v['k3lab'])}; image {md(v['image'])}; Python {md(v['python'])} |",
-             f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
+             f"| Verdict | **{run.verdict_label}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
     lines += [f"- left out, unreadable: {md(problem)}" for problem in run.problems] + ([""] if run.problems else [])
     lines += _results_md(run)
     if diagnosis is not None:
@@ -441,8 +446,8 @@ svg .head.pool{fill:#8250df}
 
 _HTML = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>k3lab {{ scenario }}: {{ verdict }}</title><style>{{ css }}</style></head><body>
-<h1>k3lab acceptance: {{ scenario }} <span class="verdict {{ verdict }}">{{ verdict }}</span></h1>
+<title>k3lab {{ scenario }}: {{ label }}</title><style>{{ css }}</style></head><body>
+<h1>k3lab acceptance: {{ scenario }} <span class="verdict {{ verdict }}">{{ label }}</span></h1>
 <table>{% for k, val in info %}<tr><th>{{ k }}</th><td>{{ val }}</td></tr>{% endfor %}</table>
 <h2>Deployment</h2>
 {{ svg }}
@@ -500,7 +505,7 @@ def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
     rows, areas, _ = _cells(run)
     fails = failures.rows(run.tests, run.plan, diagnosis)
     return render_html(
-        _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, css=Markup(CSS), info=info,
+        _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, label=run.verdict_label, css=Markup(CSS), info=info,
         svg=Markup(topology_svg(run.plan, run.tests, failures.marked(fails, diagnosis))),
         diagnosis=diagreport.html(diagnosis) if diagnosis is not None else Markup(""), areas=areas, matrix=_matrix_rows(run),
         failure_cols=failures.COLUMNS, failures=fails, deviations=run.plan.get("deviations") or [],

@@ -36,12 +36,14 @@ def cmd_report(args) -> int:
     verdict = json.loads(written["gate"].read_text())
     reasons = verdict.get("reasons") or []
     doc = {"run": str(args.run), "reports": {kind: str(path) for kind, path in written.items()},
-           "verdict": verdict["verdict"], "scenario": verdict["scenario"], "reasons": reasons}
+           "verdict": verdict["verdict"], "label": verdict.get("label") or verdict["verdict"],
+           "waived_must": verdict.get("waived_must") or [], "scenario": verdict["scenario"], "reasons": reasons}
 
     def text(d: dict) -> None:
         print("\n".join(f"{kind}: {path}" for kind, path in d["reports"].items()))
         first = f": {len(d['reasons'])} reason(s); first: {d['reasons'][0]}" if d["reasons"] else ""
-        print(f"{d['verdict']} {d['scenario']}{first}")
+        print(f"{d['label']} {d['scenario']}{first}")
+        print("\n".join(f"  waived MUST check {w}" for w in d["waived_must"]), end="\n" if d["waived_must"] else "")
 
     formats.emit(args, doc, text)
     return gate.EXIT[verdict["verdict"]]

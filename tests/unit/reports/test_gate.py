@@ -218,3 +218,41 @@ def test_a_pass_with_waived_must_checks_says_so(run):
     assert v.waived_must() == ["npu.test_npu_smi_devices_healthy: no health alarms wired on this rack"]
     assert v.to_json()["label"] == "PASS with 1 waived MUST checks"
     assert gate.evaluate_run(EFF, FIX).label == "PASS"  # the default waives nothing
+
+
+WAIVER = ("schema: 1\ndefaults:\n  checks: {'npu.*': warn}\n  waive_must:\n"
+          "    - {check: npu.test_npu_smi_devices_healthy, reason: no health alarms wired on this rack}\n")
+LABEL = "PASS with 1 waived MUST checks"
+
+
+def test_every_report_says_pass_with_waived_must_checks(run, tmp_path, capsys):
+    """#35: the waived PASS reads the same in summary.md, report.html, gate.json, k3lab report's line,
+    release.json/release.md/release.html and the release's verdict line."""
+    from k3lab.cli.main import main
+    from k3lab.tools import release
+
+    _edit(run, NPU, outcome="failed", message="Alarm")
+    pol_file = tmp_path / "lab.yaml"
+    pol_file.write_text(WAIVER)
+    assert main(["report", str(run), "--policy", str(pol_file)]) == 0
+    out = capsys.readouterr().out
+    assert f"{LABEL} k3_a3_mixed" in out and "waived MUST check npu.test_npu_smi_devices_healthy" in out, out
+    assert f"k3_a3_mixed: {LABEL}" in (run / "summary.md").read_text()
+    assert f"**{LABEL}**" in (run / "summary.md").read_text()
+    assert LABEL in (run / "report.html").read_text()
+    assert json.loads((run / "gate.json").read_text())["label"] == LABEL
+    v = gate.evaluate_run(policy.load(pol_file).for_scenario("k3_a3_mixed"), run)
+    doc = {"schema": 1, "kind": "k3lab-release", "k3lab": "0", "target": "sim", "policy": str(pol_file),
+           "started": "t", "finished": "t", "host": {"load": "1 1 1", "cpus": 2}, "jobs": 2, "live": True,
+           "injected": {}, "timings": {"total_s": 1, "static_s": 0.1, "live_s": 1, "sum_of_cycles_s": 2},
+           "cycles": {}, "overall": gate.overall([v]), "overall_label": gate.overall_label([v]),
+           "scenarios": [v.to_json()]}
+    assert doc["overall_label"] == LABEL
+    out_dir = tmp_path / "rel"
+    out_dir.mkdir()
+    paths = releasereport.write_all(out_dir, doc)
+    md_text, html = paths["md"].read_text(), paths["html"].read_text()
+    assert md_text.startswith(f"# k3lab release: {LABEL}") and f"**{LABEL}**" in md_text
+    assert "no health alarms wired on this rack" in md_text and html.count(LABEL) >= 2
+    release._print_summary(doc, out_dir)
+    assert f"release {LABEL}" in capsys.readouterr().out
