@@ -17,12 +17,14 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
       perf: {threshold: 0.97}     # numbers measured on the simulator never gate
       accuracy: {tolerance: 1.0}
       versions:                    # components read from the nodes (k3lab.launch.versions)
-        - {component: vllm_ascend, expect: guide, level: block}
+        - {component: vllm_ascend, expect: guide, level: block}   # or expect: "0.23.0" / ">=0.23.0,<0.23.1"
       accepted_deviations:         # plan.json deviations (id glob) a release accepts
         - {id: "sim-*", reason: "simulator-only substitution"}
       unaccepted_deviation: block  # level of a deviation not listed above
       accepted_findings:           # preflight warnings accepted on purpose (release --strict fails on others)
         - {check: PF-ADDR-PLACEHOLDER, nodes: [p0], reason: "why, in words (mandatory)"}
+      waive_must:                  # every core MUST check a level above lets not block, by exact id (mandatory)
+        - {check: security.test_api_key_enforced, reason: "why, in words (mandatory)"}
     scenarios:                     # per scenario id: the same keys, merged over defaults
       a3_pd_pooled: {checks: {...}}
 
