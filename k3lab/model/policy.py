@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,7 +80,33 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-REGEX_TIMEOUT_S = 0.2  # per pattern and message; a sane pattern takes microseconds
+REGEX_TIMEOUT_S = 0.2  # one search's cap; a sane pattern takes microseconds
+REGEX_BUDGET_S = 1.0  # every deprecated regex rule of one policy together, over every message it is searched in
+
+
+class RegexBudget:
+    """The time the deprecated regex rules of one policy may take in all, shared by its scenarios: a
+    search is capped by what is left, a pattern that ran out of time once is never searched again, and
+    once the budget is spent a regex rule matches nothing (a catastrophic policy costs about a second,
+    never a cap per pattern and message)."""
+
+    def __init__(self, seconds: float = REGEX_BUDGET_S) -> None:
+        self.left = seconds
+        self.slow: set[str] = set()
+
+    def search(self, pattern: str, message: str) -> bool:
+        import regex
+
+        if pattern in self.slow or self.left <= 0:
+            return False
+        start = time.monotonic()
+        try:
+            return regex.search(pattern, message, timeout=min(REGEX_TIMEOUT_S, self.left)) is not None
+        except TimeoutError:
+            self.slow.add(pattern)
+            return False
+        finally:
+            self.left -= time.monotonic() - start
 
 
 NaId = Literal[tuple(checks.NA_REASONS)]  # type: ignore[valid-type]
@@ -188,6 +215,7 @@ class Policy(_Strict):
     defaults: ScenarioPolicy = ScenarioPolicy()
     scenarios: dict[str, ScenarioPolicy] = {}
     _base: Policy | None = PrivateAttr(None)  # the policy this one extends (load() sets it)
+    _regex: RegexBudget = PrivateAttr(default_factory=RegexBudget)  # shared by every scenario's Effective
 
     @field_validator("schema_", mode="before")
     @classmethod
@@ -222,7 +250,9 @@ class Policy(_Strict):
         return (self._base.layers(sid) if self._base is not None else []) + own
 
     def for_scenario(self, sid: str) -> Effective:
-        return Effective.merge(sid, *self.layers(sid))
+        eff = Effective.merge(sid, *self.layers(sid))
+        eff.regex = self._regex
+        return eff
 
 
 class Effective:
@@ -246,6 +276,7 @@ class Effective:
         self.accepted_findings: list[AcceptedFinding] = data["accepted_findings"]
         self.waive_must: list[MustWaiver] = data["waive_must"]
         self.waived: dict[str, str] = {w.check: w.reason for w in self.waive_must}
+        self.regex = RegexBudget()  # Policy.for_scenario shares its policy's
 
     @classmethod
     def merge(cls, sid: str, *given: ScenarioPolicy | None) -> Effective:
@@ -317,10 +348,8 @@ class Effective:
     def not_applicable_reason(self, check_id: str, message: str, na_reason: str | None = None) -> str | None:
         """The listed rule a skip matches: its reason id (``na_reason``, recorded by the suite; from the
         message for results recorded before ids) against the rules' ids, or, for a deprecated regex rule,
-        its pattern searched in the message with a time cap (the ``regex`` engine's timeout): a
+        its pattern searched in the message within the policy's regex budget (:class:`RegexBudget`): a
         catastrophic pattern counts as no match, never as a hang."""
-        import regex
-
         reason = na_reason or checks.legacy_na(message)
         for na in self.not_applicable:
             if not fnmatch.fnmatchcase(check_id, na.check):
@@ -329,11 +358,8 @@ class Effective:
                 if na.id == reason:
                     return na.id
                 continue
-            try:
-                if regex.search(na.reason or "", message, timeout=REGEX_TIMEOUT_S):
-                    return na.reason
-            except TimeoutError:
-                continue
+            if self.regex.search(na.reason or "", message):
+                return na.reason
         return None
 
     def deviation_accepted(self, dev_id: str) -> str | None:
