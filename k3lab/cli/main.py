@@ -110,7 +110,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     rendered = build(args)
     errors_found = _render_preflight(args, rendered)
     if errors_found and not args.force:
-        print(f"render {args.scenario}: {len(errors_found)} preflight error(s); nothing written (fix them, or "
+        formats.say(f"render {args.scenario}: {len(errors_found)} preflight error(s); nothing written (fix them, or "
               f"--force writes the files anyway with the errors at the top of RUNBOOK.md)", file=sys.stderr)
         return errors.CHECKS_FAILED
     preamble = "".join(["> **Rendered with --force despite these preflight errors; the deployment would fail:**\n>\n",
@@ -119,7 +119,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from k3lab.model import targetkinds
 
     where = targetkinds.kind(rendered.plan.target).where
-    print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
+    formats.say(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
           f"({written / 'RUNBOOK.md'} says how to run them by hand)")
     return 0
 
@@ -136,7 +136,7 @@ def _render_preflight(args: argparse.Namespace, rendered) -> list[str]:
         where = f" [{', '.join(f.nodes)}]" if f.nodes else ""
         lines.append(f"{f.check}{where}: {f.message}")
     for line in lines:
-        print(f"ERROR   {line}", file=sys.stderr)
+        formats.say(f"ERROR   {line}", file=sys.stderr)  # messages quote the inventory
     return lines
 
 
@@ -166,16 +166,17 @@ def _print_check_list(doc: dict) -> None:
 
 
 def _print_preflight(doc: dict) -> None:
+    """Messages, node names and acceptance reasons come from an inventory or policy: shown, never run."""
     for f in doc["findings"]:
         where = f" [{', '.join(f['nodes'])}]" if f["nodes"] else ""
-        print(f"{f['severity'].upper():7} {f['check']}{where}: {f['message']} Remedy: {f['remedy']}")
+        formats.say(f"{f['severity'].upper():7} {f['check']}{where}: {f['message']} Remedy: {f['remedy']}")
     for a in doc["accepted"]:
-        print(f"ACCEPTED {a['check']} [{', '.join(a['nodes'])}]: {a['message']} (accepted: {a['reason']})")
+        formats.say(f"ACCEPTED {a['check']} [{', '.join(a['nodes'])}]: {a['message']} (accepted: {a['reason']})")
     for a in doc["acceptances_without_effect"]:
-        print(f"NOTE    acceptance of {a['check']} has no effect: {a['why']}")
+        formats.say(f"NOTE    acceptance of {a['check']} has no effect: {a['why']}")
     strict = " (--strict: warnings fail)" if doc["strict"] else ""
-    print(f"preflight {doc['scenario']}: {doc['checks']} checks, {doc['errors']} error(s), {doc['warnings']} "
-          f"warning(s), {len(doc['accepted'])} accepted{strict}: {doc['verdict']}")
+    formats.say(f"preflight {doc['scenario']}: {doc['checks']} checks, {doc['errors']} error(s), {doc['warnings']} "
+                f"warning(s), {len(doc['accepted'])} accepted{strict}: {doc['verdict']}")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

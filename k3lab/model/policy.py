@@ -477,7 +477,7 @@ def cmd_policy(args) -> int:
         text = EXAMPLE_PATH.read_text()
         parse(text, "the example policy")  # never write an invalid file
         outputs.write_file(path, text)
-        print(f"wrote {path}: a commented gate policy over the kit's default (it states only its differences); "
+        formats.say(f"wrote {path}: a commented gate policy over the kit's default (it states only its differences); "
               f"edit it, then k3lab policy --check {path} shows the effective policy")
         return 0
     if args.schema:
@@ -514,9 +514,11 @@ def deprecated(pol: Policy) -> list[str]:
 def _print_check(d: dict[str, Any]) -> None:
     import yaml
 
+    from k3lab import formats
+
     over = " over the kit's default policy" if d["extends"] == "default" else ", standing alone"
-    print(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s)){over}")
+    formats.say(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s)){over}")
     for note in d["deprecated"]:
-        print(f"  note: {note}")
+        formats.say(f"  note: {note}")
     print("effective policy (per scenario: what differs from defaults):")
-    print(yaml.safe_dump(d["effective"], sort_keys=False, width=120).rstrip())
+    formats.say(yaml.safe_dump(d["effective"], sort_keys=False, width=120).rstrip())

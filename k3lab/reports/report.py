@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
+import os
 import platform
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from urllib.parse import quote
 
 from k3lab import __version__
 from k3lab.diagnosis.engine import Diagnosis
-from k3lab.errors import InputError
+from k3lab.errors import InputError, printable
 from k3lab.model import apikey, runs
 from k3lab.reports import diagreport, failures
 from k3lab.reports.reportsvg import topology_svg
@@ -297,12 +298,22 @@ _MD = str.maketrans({c: "\\" + c for c in "\\`*[]|"})
 
 
 def md(value: object) -> str:
-    """Inline Markdown text: one line, HTML neutralised, emphasis/link/table syntax escaped."""
-    return html.escape(" ".join(str(value).split()), quote=False).translate(_MD)
+    """Inline Markdown text: one line, controls and lone surrogates shown (printable), HTML neutralised,
+    emphasis/link/table syntax escaped."""
+    return html.escape(" ".join(printable(str(value)).split()), quote=False).translate(_MD)
+
+
+def href(rel: str) -> str:
+    """A run-relative path as a URL: a file name that is not UTF-8 (its bytes came back as surrogates)
+    links to its real bytes; any other surrogate, which no file name holds, is shown escaped."""
+    try:
+        return quote(os.fsencode(rel))
+    except UnicodeEncodeError:
+        return quote(printable(rel))
 
 
 def _link(rel: str, text: str | None = None) -> str:
-    return f"[{md(text or rel)}]({quote(rel)})"
+    return f"[{md(text or rel)}]({href(rel)})"
 
 
 def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
@@ -509,7 +520,7 @@ def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
         svg=Markup(topology_svg(run.plan, run.tests, failures.marked(fails, diagnosis))),
         diagnosis=diagreport.html(diagnosis) if diagnosis is not None else Markup(""), areas=areas, matrix=_matrix_rows(run),
         failure_cols=failures.COLUMNS, failures=fails, deviations=run.plan.get("deviations") or [],
-        evidence=[(group, [(quote(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
+        evidence=[(group, [(href(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
         skipped=skipped(run), generated=_now(), version=__version__)
 
 

@@ -40,10 +40,11 @@ def cmd_report(args) -> int:
            "waived_must": verdict.get("waived_must") or [], "scenario": verdict["scenario"], "reasons": reasons}
 
     def text(d: dict) -> None:
-        print("\n".join(f"{kind}: {path}" for kind, path in d["reports"].items()))
+        formats.say("\n".join(f"{kind}: {path}" for kind, path in d["reports"].items()))
         first = f": {len(d['reasons'])} reason(s); first: {d['reasons'][0]}" if d["reasons"] else ""
-        print(f"{d['label']} {d['scenario']}{first}")
-        print("\n".join(f"  waived MUST check {w}" for w in d["waived_must"]), end="\n" if d["waived_must"] else "")
+        formats.say(f"{d['label']} {d['scenario']}{first}")  # a reason quotes the run's messages
+        for w in d["waived_must"]:
+            formats.say(f"  waived MUST check {w}")
 
     formats.emit(args, doc, text)
     return gate.EXIT[verdict["verdict"]]

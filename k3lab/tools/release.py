@@ -376,9 +376,9 @@ def _check_injections(inject: dict[str, str], scenarios: list[str], target: str)
 def _print_summary(doc: dict[str, Any], out: Path) -> None:
     t = doc["timings"]
     for v in doc["scenarios"]:
-        print(f"{v.get('label') or v['verdict']:10} {v['scenario']}" + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})"
-                                                      if v["reasons"] else ""))
+        formats.say(f"{v.get('label') or v['verdict']:10} {v['scenario']}"
+                    + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})" if v["reasons"] else ""))
     scope = " (static only: render, preflight and golden; no deployment was checked)" if not doc["live"] else ""
-    print(f"release {doc.get('overall_label') or doc['overall']}{scope}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
+    formats.say(f"release {doc.get('overall_label') or doc['overall']}{scope}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
           f"(static {t['static_s']:.2f}s, live {t['live_s']:.1f}s, sum of cycles {t['sum_of_cycles_s']:.1f}s); "
           f"report {out / 'release.html'}")
