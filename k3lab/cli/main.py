@@ -262,10 +262,11 @@ def _strict_arg(p: argparse.ArgumentParser) -> None:
                    help="warnings fail too (exit 1), except those the inventory or policy accepts with a reason")
 
 
-def _target_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=["sim", "lab"],
-                   help="sim: every node a container on the local engine; lab: each node's own endpoint "
-                        "(default: lab with --inventory, else sim)")
+def _target_arg(p: argparse.ArgumentParser, kubernetes: bool = True) -> None:
+    p.add_argument("--target", choices=["sim", "lab", "k8s"] if kubernetes else ["sim", "lab"],
+                   help="sim: every node a container on the local engine; lab: each node's own endpoint"
+                        + ("; k8s: Kubernetes manifests (render only; the inventory's k8s section)" if kubernetes
+                           else "") + " (default: lab with --inventory, else sim)")
 
 
 def _add_list(sub) -> None:
@@ -410,7 +411,7 @@ def _add_status(sub) -> None:
 def _add_release(sub) -> None:
     p = sub.add_parser("release", help="all scenarios: static stage, live cycles, one verdict, combined report")
     p.add_argument("--scenario", "-s", action="append", metavar="SCENARIO", help="only these (default: all twelve)")
-    _target_arg(p)
+    _target_arg(p, kubernetes=False)
     p.add_argument("--inventory", "-i", action="append", default=[], metavar="SCENARIO=FILE",
                    help="lab inventory per scenario (required for --target lab)")
     p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default k3lab/model/policies/default.yaml)")
