@@ -309,6 +309,7 @@ def _add_init(sub) -> None:
     p.add_argument("scenario", metavar="SCENARIO", help="scenario id (k3lab list)")
     p.add_argument("--out", required=True, metavar="FILE", help="inventory file to write (refused if it exists)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--target", choices=["lab", "k8s"], help="k8s: add the commented k8s section (default: lab)")
     p.set_defaults(fn=lazy("k3lab.cli.initinv", "cmd_init"))
 
 

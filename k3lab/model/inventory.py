@@ -366,8 +366,9 @@ K8S_KEY_RE = r"(?:[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z
 K8S_VALUE_RE = r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?"
 K8S_CONTEXT_RE = r"[A-Za-z0-9@:/_.-]{1,253}"
 K8S_QUANTITY_RE = r"[0-9]+(?:Ki|Mi|Gi|Ti)"
-# vllm-ascend's nightly multi-node LWS (tests/e2e/nightly/multi_node/scripts/lws.yaml.jinja2) asks A3 pods for
-# huawei.com/ascend-1980: 16; the Ascend device plugin names other chips otherwise (A2: huawei.com/ascend-910)
+# vllm-ascend's nightly multi-node LWS templates (tests/e2e/nightly/multi_node/scripts/lws.yaml.jinja2 and
+# lws-a2.yaml.jinja2) both ask each pod for huawei.com/ascend-1980: 16; the name is whatever the cluster's Ascend
+# device plugin advertises (kubectl describe node shows it), hence a setting
 DEFAULT_NPU_RESOURCE = "huawei.com/ascend-1980"
 
 
@@ -419,7 +420,7 @@ class K8s(_Strict):
     namespace: str = _k8s_field(..., "namespace of every object", K8S_LABEL_RE, "k3lab")
     npu_resource: str = _k8s_field(DEFAULT_NPU_RESOURCE, "extended resource of the Ascend device plugin; each "
                                    "engine pod requests the scenario's devices per node of it", K8S_KEY_RE)
-    weights: K8sWeights = Field(description="checkpoint volume mounted in every engine pod",
+    weights: K8sWeights = Field(description="checkpoint volume mounted in every pod",
                                 examples=[{"claim": "k3-weights", "mount_path": "/root/.cache"}])
     shm_size: str | None = _k8s_field(None, "size limit of /dev/shm (an emptyDir in memory); default: the guides' "
                                       "--shm-size=1g as 1Gi", K8S_QUANTITY_RE, "1Gi")

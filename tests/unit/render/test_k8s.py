@@ -214,3 +214,15 @@ def test_core_kinds_validate_with_kubernetes_validate(sid):
                              "spec": tpl[which]["spec"]}, K8S_VERSION, strict=True)
         else:
             kv.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_init_writes_a_k8s_section_that_renders(tmp_path):
+    inv = tmp_path / "k8s.yaml"
+    assert cli.main(["init", "a3_pd_pooled", "--target", "k8s", "--out", str(inv)]) == 0
+    text = inv.read_text()
+    assert "\nk8s:\n  # kubeconfig context" in text and "  npu_resource: huawei.com/ascend-1980\n" in text
+    r = artefacts.build("a3_pd_pooled", inventory.load(inv), {}, "k8s")
+    assert "10-metaservice.yaml" in r.manifests
+    lab = tmp_path / "lab.yaml"
+    assert cli.main(["init", "a3_pd_pooled", "--out", str(lab)]) == 0
+    assert "k8s:" not in lab.read_text()
