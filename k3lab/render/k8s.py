@@ -123,9 +123,9 @@ class _Manifests:
             "# plan puts them, start the processes of the kinds given as arguments in the plan's order.",
             "set -euo pipefail",
             'kinds=" $* "',
-            'case "${K3LAB_K8S_NODE:?set from spec.nodeName}" in',
+            'case "${K3_K8S_NODE:?set from spec.nodeName}" in',
             *(f"  {q(host)}) node={q(node)} ;;" for node, host in self.hosts.items()),
-            '  *) echo "k3lab: Kubernetes node $K3LAB_K8S_NODE is none of the inventory'"'"'s" >&2; exit 1 ;;',
+            '  *) echo "k3lab: Kubernetes node $K3_K8S_NODE is none of the inventory'"'"'s" >&2; exit 1 ;;',
             "esac",
             f'stage() {{ install -D -m "$3" {FILES_AT}/"$node.$1" "$2"; }}',
             "logs=()",
@@ -204,7 +204,7 @@ class _Manifests:
             "name": "node", "image": c.image, "imagePullPolicy": "IfNotPresent",
             # bash -i: the guide's interactive shell (~/.bashrc, set_env.sh), as k3lab up's shell parity gives
             "command": ["bash", "-ic", f"exec bash {FILES_AT}/{ENTRY} {' '.join(kinds)}"],
-            "env": [{"name": "K3LAB_K8S_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "env": [{"name": "K3_K8S_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "securityContext": {"privileged": c.privileged},
             "volumeMounts": self._mounts(c)}
         if npus:
