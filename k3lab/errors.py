@@ -92,18 +92,18 @@ class RunInterrupted(K3labError):
 _ENV_MODULES = ("docker", "paramiko", "requests", "urllib3", "httpx", "socket")
 
 
-# ANSI/VT escape sequences (CSI, OSC, two-character ESC forms), and the characters no message may
-# carry raw: C0 but tab and newline, DEL, C1 (0x9b is a CSI on many terminals), bidi controls,
-# surrogates and XML's two non-characters
-_ESCAPE_SEQ = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
+# The characters no text from outside the kit may carry raw to a terminal or a report: C0 but tab and
+# newline (ESC starts every ANSI/VT sequence), DEL, C1 (0x9b is a CSI on many terminals), bidi controls,
+# lone surrogates (a file name or line that is not UTF-8) and XML's two non-characters
 _RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
                   "\ud800-\udfff\ufffe\uffff]")
 
 
 def printable(text: str) -> str:
-    """``text`` safe for a terminal and for XML 1.0: escape sequences dropped, every other control or
-    bidi character shown as ``\\xNN`` / ``\\uNNNN`` (what it is, not what it does)."""
-    text = _ESCAPE_SEQ.sub("", text)
+    """``text`` safe for a terminal and for XML 1.0, the one escaping function of everything the kit shows
+    from outside itself (evidence, results, versions, log lines, file names, policy and acceptance reasons):
+    every control, bidi or lone surrogate character shown as ``\\xNN`` / ``\\uNNNN``, so an escape sequence
+    reads ``\\x1b[31m`` (what it is, not what it does); tab and newline stay."""
     return _RAW.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 

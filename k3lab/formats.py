@@ -11,7 +11,9 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from k3lab.errors import printable
 
 FORMATS = ("text", "json")
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -25,6 +27,12 @@ def add(p: argparse.ArgumentParser, *, json_alias: bool = False, choices: tuple[
                         f"k3lab/schemas/{p.prog.split()[-1]}*.json)")
     if json_alias:
         p.add_argument("--json", dest="format", action="store_const", const="json", help="deprecated spelling of --format json")
+
+
+def say(text: str = "", *, file: TextIO | None = None, end: str = "\n", flush: bool = False) -> None:
+    """Print a line (or lines) of text for people: every character from outside the kit shown, never run
+    (escape sequences, controls, bidi overrides, lone surrogates; :func:`k3lab.errors.printable`)."""
+    print(printable(text), file=file or sys.stdout, end=end, flush=flush)
 
 
 def emit(args: argparse.Namespace, doc: Any, text: Callable[[Any], None]) -> None:
@@ -54,7 +62,7 @@ def log(prefix: str, msg: str, level: int = 0) -> None:
     if level <= VERBOSITY:
         import time
 
-        print(f"[{prefix} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+        print(printable(f"[{prefix} {time.strftime('%H:%M:%S')}] {msg}"), file=sys.stderr, flush=True)
 
 
 def ticker(prefix: str, every_s: float = 2.0) -> Callable[[str], None]:

@@ -76,7 +76,7 @@ def print_diagnosis(run_dir: Path | None) -> None:
         lines = text(diagnose(run_dir))
     except Exception as exc:  # noqa: BLE001 - a diagnosis problem must never hide the failure itself
         lines = [f"diagnosis: not made ({exc!r}); k3lab triage {run_dir} retries it"]
-    print("\n".join(lines), file=sys.stderr, flush=True)
+    formats.say("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _bring_up(args: argparse.Namespace, **kw) -> Run:
@@ -89,7 +89,7 @@ def _bring_up(args: argparse.Namespace, **kw) -> Run:
     except GateFailed as exc:
         if exc.run_dir is not None:
             _write_reports(exc.run_dir)
-        print(f"k3lab: {exc}", file=sys.stderr, flush=True)
+        formats.say(f"k3lab: {exc}", file=sys.stderr, flush=True)
         print_diagnosis(exc.run_dir)
         raise SystemExit(CHECKS_FAILED) from None
 
@@ -114,7 +114,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         elif not args.stages_only:
             collect(run)
     _left_is_environment(scope)
-    print(run.dir)
+    formats.say(str(run.dir))
     return 0
 
 
@@ -256,9 +256,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _print_status(doc: dict) -> None:
     for r in doc["containers"]:
-        print(f"{r['run']}  {r['node']:8} {r['status']:10} {r['container']:24} {r['endpoint']}")
+        formats.say(f"{r['run']}  {r['node']:8} {r['status']:10} {r['container']:24} {r['endpoint']}")
     for r in doc["unanswered"]:
-        print(f"{', '.join(r['nodes'])} ({r['endpoint']}): no answer: {r['reason']}")
+        formats.say(f"{', '.join(r['nodes'])} ({r['endpoint']}): no answer: {r['reason']}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

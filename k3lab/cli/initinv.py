@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from k3lab import outputs
-from k3lab.model import catalog, inventory, siminventory
+from k3lab.model import catalog, inventory, siminventory, targetkinds
 
 PLACEHOLDER_NET = "192.0.2"  # RFC 5737 TEST-NET-1: never a real lab's address
 WIDTH = 100
@@ -44,7 +44,7 @@ def _field(model: type[BaseModel], name: str) -> str:
     return model.model_fields[name].description or ""
 
 
-def render_text(sid: str) -> str:
+def render_text(sid: str, target: str = "lab") -> str:
     sc = catalog.get(sid)
     sim = siminventory.default(sid)
     roles = dict(sc.roles)
@@ -80,6 +80,8 @@ def render_text(sid: str) -> str:
                         "own node, 'meta'; remove that node and set this key to run it on another node)")
         out += ["# metaservice_node: p0", ""]
     out += _sections(sid, sim)
+    if targetkinds.kind(target).manifests:
+        out += _k8s_section()
     out += _comment("rank is role-local, from 0: the DP start rank (mixed, decode) or the PP node rank (prefill); "
                     "the rank-0 node of each role is its head (DP address, PP master). nic is the interface that "
                     "owns local_ip; endpoint is how the kit reaches the node's Docker engine.")
@@ -113,6 +115,25 @@ def _sections(sid: str, sim) -> list[str]:
     return out
 
 
+def _k8s_section() -> list[str]:
+    """The inventory's k8s section: the keys a render needs, the optional ones commented out."""
+    k, w = inventory.K8s, inventory.K8sWeights
+    out = _comment(_field(inventory.Inventory, "k8s") + ". Replace the context, namespace and claim with your "
+                   "cluster's; the nodes below keep their addresses and NICs (the pods use host networking)")
+    out.append("k8s:")
+    for name, value in (("context", "my-cluster"), ("namespace", "k3lab"),
+                        ("npu_resource", inventory.DEFAULT_NPU_RESOURCE)):
+        out += _comment(_field(k, name), "  ") + [f"  {name}: {_value(value)}"]
+    out += _comment(_field(k, "weights"), "  ") + ["  weights:"]
+    out += _comment(_field(w, "claim"), "    ") + ["    claim: k3-weights"]
+    out += _comment(_field(w, "host_path"), "    ") + ["    # host_path: /root/.cache"]
+    out += _comment(_field(w, "mount_path"), "    ") + ["    # mount_path: /root/.cache"]
+    out += _comment(_field(k, "shm_size"), "  ") + ["  # shm_size: 1Gi"]
+    out += _comment(_field(k, "node_names"), "  ") + ["  # node_names:", "  #   p0: a3-node-01"]
+    out += _comment(_field(k, "node_selector"), "  ") + ["  # node_selector:", "  #   accelerator: ascend"]
+    return out + [""]
+
+
 def used_ports(sid: str) -> list[str]:
     """The ``ports`` keys the scenario's artefacts depend on: rendered once per key with that port moved,
     a key whose move changes nothing (no script, no plan value) is one the scenario does not use."""
@@ -135,9 +156,9 @@ def used_ports(sid: str) -> list[str]:
     return used
 
 
-def write(sid: str, out: str, force: bool = False) -> Path:
+def write(sid: str, out: str, force: bool = False, target: str = "lab") -> Path:
     path = outputs.check_file(out, force, what="inventory file")
-    text = render_text(sid)
+    text = render_text(sid, target)
     inventory.parse(__import__("yaml").safe_load(text), "generated inventory")  # never write an invalid file
     outputs.write_file(path, text)
     return path
@@ -146,7 +167,7 @@ def write(sid: str, out: str, force: bool = False) -> Path:
 def cmd_init(args: argparse.Namespace) -> int:
     from k3lab.model.select import scenario_id
 
-    path = write(scenario_id(args.scenario), args.out, force=args.force)
+    path = write(scenario_id(args.scenario), args.out, force=args.force, target=getattr(args, "target", None) or "lab")
     print(f"wrote {path}: an inventory for {args.scenario}; replace the 192.0.2.x placeholders, then "
           f"k3lab preflight {args.scenario} -i {path}")
     return 0

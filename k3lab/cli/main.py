@@ -110,7 +110,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     rendered = build(args)
     errors_found = _render_preflight(args, rendered)
     if errors_found and not args.force:
-        print(f"render {args.scenario}: {len(errors_found)} preflight error(s); nothing written (fix them, or "
+        formats.say(f"render {args.scenario}: {len(errors_found)} preflight error(s); nothing written (fix them, or "
               f"--force writes the files anyway with the errors at the top of RUNBOOK.md)", file=sys.stderr)
         return errors.CHECKS_FAILED
     preamble = "".join(["> **Rendered with --force despite these preflight errors; the deployment would fail:**\n>\n",
@@ -119,7 +119,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from k3lab.model import targetkinds
 
     where = targetkinds.kind(rendered.plan.target).where
-    print(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
+    formats.say(f"rendered {args.scenario} for {len(rendered.plan.nodes)} nodes of {where} into {written} "
           f"({written / 'RUNBOOK.md'} says how to run them by hand)")
     return 0
 
@@ -136,7 +136,7 @@ def _render_preflight(args: argparse.Namespace, rendered) -> list[str]:
         where = f" [{', '.join(f.nodes)}]" if f.nodes else ""
         lines.append(f"{f.check}{where}: {f.message}")
     for line in lines:
-        print(f"ERROR   {line}", file=sys.stderr)
+        formats.say(f"ERROR   {line}", file=sys.stderr)  # messages quote the inventory
     return lines
 
 
@@ -166,16 +166,17 @@ def _print_check_list(doc: dict) -> None:
 
 
 def _print_preflight(doc: dict) -> None:
+    """Messages, node names and acceptance reasons come from an inventory or policy: shown, never run."""
     for f in doc["findings"]:
         where = f" [{', '.join(f['nodes'])}]" if f["nodes"] else ""
-        print(f"{f['severity'].upper():7} {f['check']}{where}: {f['message']} Remedy: {f['remedy']}")
+        formats.say(f"{f['severity'].upper():7} {f['check']}{where}: {f['message']} Remedy: {f['remedy']}")
     for a in doc["accepted"]:
-        print(f"ACCEPTED {a['check']} [{', '.join(a['nodes'])}]: {a['message']} (accepted: {a['reason']})")
+        formats.say(f"ACCEPTED {a['check']} [{', '.join(a['nodes'])}]: {a['message']} (accepted: {a['reason']})")
     for a in doc["acceptances_without_effect"]:
-        print(f"NOTE    acceptance of {a['check']} has no effect: {a['why']}")
+        formats.say(f"NOTE    acceptance of {a['check']} has no effect: {a['why']}")
     strict = " (--strict: warnings fail)" if doc["strict"] else ""
-    print(f"preflight {doc['scenario']}: {doc['checks']} checks, {doc['errors']} error(s), {doc['warnings']} "
-          f"warning(s), {len(doc['accepted'])} accepted{strict}: {doc['verdict']}")
+    formats.say(f"preflight {doc['scenario']}: {doc['checks']} checks, {doc['errors']} error(s), {doc['warnings']} "
+                f"warning(s), {len(doc['accepted'])} accepted{strict}: {doc['verdict']}")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -265,10 +266,11 @@ def _strict_arg(p: argparse.ArgumentParser) -> None:
                    help="warnings fail too (exit 1), except those the inventory or policy accepts with a reason")
 
 
-def _target_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=["sim", "lab"],
-                   help="sim: every node a container on the local engine; lab: each node's own endpoint "
-                        "(default: lab with --inventory, else sim)")
+def _target_arg(p: argparse.ArgumentParser, kubernetes: bool = True) -> None:
+    p.add_argument("--target", choices=["sim", "lab", "k8s"] if kubernetes else ["sim", "lab"],
+                   help="sim: every node a container on the local engine; lab: each node's own endpoint"
+                        + ("; k8s: Kubernetes manifests (render only; the inventory's k8s section)" if kubernetes
+                           else "") + " (default: lab with --inventory, else sim)")
 
 
 def _add_list(sub) -> None:
@@ -311,6 +313,7 @@ def _add_init(sub) -> None:
     p.add_argument("scenario", metavar="SCENARIO", help="scenario id (k3lab list)")
     p.add_argument("--out", required=True, metavar="FILE", help="inventory file to write (refused if it exists)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--target", choices=["lab", "k8s"], help="k8s: add the commented k8s section (default: lab)")
     p.set_defaults(fn=lazy("k3lab.cli.initinv", "cmd_init"))
 
 
@@ -413,7 +416,7 @@ def _add_status(sub) -> None:
 def _add_release(sub) -> None:
     p = sub.add_parser("release", help="all scenarios: static stage, live cycles, one verdict, combined report")
     p.add_argument("--scenario", "-s", action="append", metavar="SCENARIO", help="only these (default: all twelve)")
-    _target_arg(p)
+    _target_arg(p, kubernetes=False)
     p.add_argument("--inventory", "-i", action="append", default=[], metavar="SCENARIO=FILE",
                    help="lab inventory per scenario (required for --target lab)")
     p.add_argument("--policy", metavar="FILE", help="gate policy YAML (default k3lab/model/policies/default.yaml)")

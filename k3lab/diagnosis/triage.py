@@ -73,9 +73,9 @@ def _no_log(d: Diagnosis) -> str | None:
 
 
 def _print(d: Diagnosis, every: bool) -> None:
-    print("\n".join(text(d, limit=len(d.findings) if every else 3)))
+    formats.say("\n".join(text(d, limit=len(d.findings) if every else 3)))  # log lines and file names: shown, never run
     if d.findings:
-        print(f"looked at {_where_looked(d)}")
+        formats.say(f"looked at {_where_looked(d)}")
 
 
 def cmd_triage(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from k3lab import settings
-from k3lab.errors import EnvError
+from k3lab.errors import EnvError, UsageError
 
 # the sshd labemu starts in each emulated host's namespaces (its path, not whatever PATH finds)
 SSHD = Path("/usr/sbin/sshd")
@@ -132,7 +132,10 @@ def for_target(command: str, scenario: str, target: str | None, inventory: str |
     from k3lab.model import select, targetkinds
 
     select.scenario_id(scenario)  # a bad scenario is bad input (exit 2) before a missing engine (exit 3)
-    if targetkinds.kind(select.target(scenario, target, inventory)).simulated:
+    kind = targetkinds.kind(select.target(scenario, target, inventory))
+    if kind.live is not None:  # a render-only target: refused before anything is created
+        raise UsageError(f"{command}: {kind.live}")
+    if kind.simulated:
         require(command, sim_extra, *([docker_engine] if inventory is None else []))
 
 

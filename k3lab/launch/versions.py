@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab import outputs
-from k3lab.model import catalog
+from k3lab.model import catalog, pins
 
 FILE = "versions.json"
 PACKAGES = {"vllm": "vllm", "vllm_ascend": "vllm-ascend", "memcache_hybrid": "memcache-hybrid",
@@ -123,6 +123,9 @@ def probe(run) -> dict[str, Any]:
     """Read every node's versions (one exec each, in parallel) and write RUN_DIR/versions.json."""
     nodes: dict[str, dict[str, str | None]] = {}
 
+    missing = {n.name: f"{n.name}: no container of this run to read" for n in run.plan.nodes
+               if n.name not in run.backend.containers}
+
     def one(node) -> None:
         if node.name not in run.backend.containers:
             return
@@ -136,8 +139,9 @@ def probe(run) -> dict[str, Any]:
     failed = run.backend.parallel(one, run.plan.nodes, getattr(run.backend, "host_deadline", None))
     doc = {"schema": 1, "source": "docker exec on each node + Docker API of its endpoint",
            "guide": guide_versions(run.plan.seed), "nodes": dict(sorted(nodes.items())), "summary": summarise(nodes)}
-    if failed:
-        doc["unanswered"] = failed
+    failed = {**missing, **failed}
+    if failed:  # the gate judges versions on every plan node: these make them INCOMPLETE, never PASS
+        doc["unanswered"] = dict(sorted(failed.items()))
     outputs.write_run_file(Path(run.dir) / FILE, json.dumps(doc, indent=2) + "\n")
     return doc
 
@@ -168,20 +172,8 @@ def load(run_dir: str | Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def matches(actual: str | None, expected: str) -> bool:
-    """``expected`` 0.23.0 accepts 0.23.0, 0.23.0.post1 and 0.23.0+local; not 0.23.1 or 0.23.0rc1."""
-    if actual is None:
-        return False
-    if expected == "any" or actual == expected:
-        return True
-    try:
-        from packaging.version import InvalidVersion, Version
-
-        a, e = Version(actual), Version(expected)
-        return a.release[:len(e.release)] == e.release and len(a.release) >= len(e.release) and \
-            a.pre is None and a.dev is None
-    except (ImportError, InvalidVersion):
-        return actual == expected or actual.startswith(expected + ".") or actual.startswith(expected + "+")
+# how a version read from the nodes meets a policy's pin or range (the policy validates with the same rules)
+matches, check_expect, is_range = pins.matches, pins.check_expect, pins.is_range
 
 
 def sim_package_files(seed: str) -> dict[str, tuple[bytes, int]]:

@@ -359,6 +359,101 @@ class Lab(_Strict):
         return _check_path(v, info.field_name)
 
 
+# Kubernetes names: a DNS-1123 label (namespace, claim), a qualified resource or label key, a label value
+K8S_LABEL_RE = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+K8S_SUBDOMAIN_RE = r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?"
+K8S_KEY_RE = r"(?:[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+K8S_VALUE_RE = r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?"
+K8S_CONTEXT_RE = r"[A-Za-z0-9@:/_.-]{1,253}"
+K8S_QUANTITY_RE = r"[0-9]+(?:Ki|Mi|Gi|Ti)"
+# vllm-ascend's nightly multi-node LWS templates (tests/e2e/nightly/multi_node/scripts/lws.yaml.jinja2 and
+# lws-a2.yaml.jinja2) both ask each pod for huawei.com/ascend-1980: 16; the name is whatever the cluster's Ascend
+# device plugin advertises (kubectl describe node shows it), hence a setting
+DEFAULT_NPU_RESOURCE = "huawei.com/ascend-1980"
+
+
+def _k8s_field(default: Any, description: str, regex: str, example: Any = None) -> Any:
+    return Field(default, description=description, examples=[example if example is not None else default],
+                 json_schema_extra=_pattern(regex))
+
+
+def _k8s_check(value: str, regex: str, what: str) -> str:
+    if not re.fullmatch(regex, value):
+        raise ValueError(f"{what} {value!r} is not a valid Kubernetes name here")
+    return value
+
+
+class K8sWeights(_Strict):
+    """The volume the engines read the checkpoints from (the guides' -v /root/.cache:/root/.cache): a
+    PersistentVolumeClaim (vllm-ascend's nightly shares one PVC at /root/.cache) or a directory of each host."""
+
+    claim: str | None = _k8s_field(None, "PersistentVolumeClaim name in the namespace", K8S_SUBDOMAIN_RE, "k3-weights")
+    host_path: str | None = _path_field(None, "directory on every Kubernetes node (hostPath) instead of a claim",
+                                        "/root/.cache")
+    mount_path: str = _path_field("/root/.cache", "where the pods see it (the guides' /root/.cache)")
+    read_only: bool = Field(False, description="mount read-only; the kit's logs and profiles are written elsewhere")
+
+    @field_validator("claim")
+    @classmethod
+    def _claim(cls, v: str | None) -> str | None:
+        return None if v is None else _k8s_check(v, K8S_SUBDOMAIN_RE, "k8s.weights.claim")
+
+    @field_validator("host_path", "mount_path")
+    @classmethod
+    def _abs(cls, v: str | None, info):
+        return _check_path(v, f"k8s.weights.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _one(self) -> "K8sWeights":
+        if (self.claim is None) == (self.host_path is None):
+            raise ValueError("k8s.weights: name exactly one of claim (a PersistentVolumeClaim) or host_path")
+        return self
+
+
+class K8s(_Strict):
+    """Where the k8s target's manifests go (`k3lab render --target k8s`): cluster, namespace, NPU resource,
+    weights volume. The image is the inventory's `image`; the nodes' addresses and NICs stay the lab's,
+    since the pods use host networking and run the same scripts."""
+
+    context: str = _k8s_field(..., "kubeconfig context the RUNBOOK's kubectl commands use (--context)",
+                              K8S_CONTEXT_RE, "ascend-a3")
+    namespace: str = _k8s_field(..., "namespace of every object", K8S_LABEL_RE, "k3lab")
+    npu_resource: str = _k8s_field(DEFAULT_NPU_RESOURCE, "extended resource of the Ascend device plugin; each "
+                                   "engine pod requests the scenario's devices per node of it", K8S_KEY_RE)
+    weights: K8sWeights = Field(description="checkpoint volume mounted in every pod",
+                                examples=[{"claim": "k3-weights", "mount_path": "/root/.cache"}])
+    shm_size: str | None = _k8s_field(None, "size limit of /dev/shm (an emptyDir in memory); default: the guides' "
+                                      "--shm-size=1g as 1Gi", K8S_QUANTITY_RE, "1Gi")
+    node_names: dict[str, str] = Field(default_factory=dict, max_length=MAX_NODES, description="Kubernetes node "
+                                       "name of each inventory node whose name differs (default: the same name); "
+                                       "each pod is pinned to its node's host",
+                                       examples=[{"p0": "a3-node-01"}])
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32, description="labels every pod's "
+                                          "node must have, besides its host name",
+                                          examples=[{"accelerator": "huawei-Ascend910"}])
+
+    @field_validator("context", "namespace", "npu_resource", "shm_size")
+    @classmethod
+    def _names(cls, v: str | None, info) -> str | None:
+        regex = {"context": K8S_CONTEXT_RE, "namespace": K8S_LABEL_RE, "npu_resource": K8S_KEY_RE,
+                 "shm_size": K8S_QUANTITY_RE}[info.field_name]
+        return None if v is None else _k8s_check(v, regex, f"k8s.{info.field_name}")
+
+    @field_validator("node_names", "node_selector")
+    @classmethod
+    def _maps(cls, v: dict[str, str], info) -> dict[str, str]:
+        for key, value in v.items():
+            if info.field_name == "node_names":
+                _k8s_check(value, K8S_SUBDOMAIN_RE, f"k8s.node_names.{key}")
+            else:
+                _k8s_check(key, K8S_KEY_RE, "k8s.node_selector key")
+                _k8s_check(value, K8S_VALUE_RE, f"k8s.node_selector.{key}")
+        return v
+
+    def node_name(self, node: str) -> str:
+        return self.node_names.get(node, node)
+
+
 class Inventory(_Strict):
     """A lab (or sim) inventory: `k3lab init SCENARIO --out lab.yaml` writes a commented one."""
 
@@ -382,6 +477,8 @@ class Inventory(_Strict):
     paths: Paths = Field(Paths.model_construct(), description="directories on the nodes")
     sim: Sim = Field(Sim.model_construct(), description="sim target network (ignored on a lab)")
     lab: Lab = Field(Lab.model_construct(), description="lab target access (ignored on the sim)")
+    k8s: K8s | None = Field(None, description="k8s target: cluster, namespace, NPU resource and weights volume "
+                            "(required by --target k8s, ignored by the others)")
     nodes: list[Node] = Field(min_length=1, max_length=MAX_NODES, description="the hosts; counts per role must "
                               "match the scenario (k3lab list)")
     accept: list[AcceptedFinding] = Field(default_factory=list, max_length=256, description="preflight warnings "
@@ -419,6 +516,11 @@ class Inventory(_Strict):
             if value is not None and value not in seen_names:
                 raise ValueError(f"{field}: {value!r} is not a node in this inventory{_nodes_hint(value, seen_names)}")
         self._check_mounts()
+        if self.k8s is not None:
+            for name in self.k8s.node_names:
+                if name not in seen_names:
+                    raise ValueError(f"k8s.node_names: {name!r} is not a node in this inventory"
+                                     f"{_nodes_hint(name, seen_names)}")
         for i, acc in enumerate(self.accept):
             for value in acc.nodes:
                 if value not in seen_names:

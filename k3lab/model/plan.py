@@ -291,7 +291,7 @@ class Plan(_Model):
     title: str
     seed: str
     section: str
-    target: Literal["sim", "lab"]
+    target: Literal["sim", "lab", "k8s"]
     platform: str
     options: dict[str, str]
     inventory: str

@@ -17,12 +17,14 @@ A policy is a YAML file (``k3lab/model/policies/default.yaml`` is the default; `
       perf: {threshold: 0.97}     # numbers measured on the simulator never gate
       accuracy: {tolerance: 1.0}
       versions:                    # components read from the nodes (k3lab.launch.versions)
-        - {component: vllm_ascend, expect: guide, level: block}
+        - {component: vllm_ascend, expect: guide, level: block}   # or expect: "0.23.0" / ">=0.23.0,<0.23.1"
       accepted_deviations:         # plan.json deviations (id glob) a release accepts
         - {id: "sim-*", reason: "simulator-only substitution"}
       unaccepted_deviation: block  # level of a deviation not listed above
       accepted_findings:           # preflight warnings accepted on purpose (release --strict fails on others)
         - {check: PF-ADDR-PLACEHOLDER, nodes: [p0], reason: "why, in words (mandatory)"}
+      waive_must:                  # every core MUST check a level above lets not block, by exact id (mandatory)
+        - {check: security.test_api_key_enforced, reason: "why, in words (mandatory)"}
     scenarios:                     # per scenario id: the same keys, merged over defaults
       a3_pd_pooled: {checks: {...}}
 
@@ -50,6 +52,8 @@ error names the file and the field.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from k3lab import paths
 from k3lab.errors import InputError
-from k3lab.model import catalog, checks, hints, validation
+from k3lab.model import catalog, checks, hints, pins, validation
 from k3lab.model.accept import AcceptedFinding
 
 MAX_BYTES = 256 * 1024
@@ -76,7 +80,33 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-REGEX_TIMEOUT_S = 0.2  # per pattern and message; a sane pattern takes microseconds
+REGEX_TIMEOUT_S = 0.2  # one search's cap; a sane pattern takes microseconds
+REGEX_BUDGET_S = 1.0  # every deprecated regex rule of one policy together, over every message it is searched in
+
+
+class RegexBudget:
+    """The time the deprecated regex rules of one policy may take in all, shared by its scenarios: a
+    search is capped by what is left, a pattern that ran out of time once is never searched again, and
+    once the budget is spent a regex rule matches nothing (a catastrophic policy costs about a second,
+    never a cap per pattern and message)."""
+
+    def __init__(self, seconds: float = REGEX_BUDGET_S) -> None:
+        self.left = seconds
+        self.slow: set[str] = set()
+
+    def search(self, pattern: str, message: str) -> bool:
+        import regex
+
+        if pattern in self.slow or self.left <= 0:
+            return False
+        start = time.monotonic()
+        try:
+            return regex.search(pattern, message, timeout=min(REGEX_TIMEOUT_S, self.left)) is not None
+        except TimeoutError:
+            self.slow.add(pattern)
+            return False
+        finally:
+            self.left -= time.monotonic() - start
 
 
 NaId = Literal[tuple(checks.NA_REASONS)]  # type: ignore[valid-type]
@@ -119,14 +149,41 @@ class Accuracy(_Strict):
 class VersionRule(_Strict):
     component: Literal[COMPONENTS]  # type: ignore[valid-type]
     expect: str = Field("guide", min_length=1, max_length=200,
-                        description="'guide' (the scenario's guide), or a version; 0.23.0 also matches 0.23.0.post1")
+                        description="'guide' (exactly the scenario's guide's pin), 'any', an exact version (0.23.0 "
+                        "is not 0.23.0.post1), or a PEP 440 range such as '>=0.23.0,<0.23.1'")
     level: Level = "block"
     reason: str = ""
+
+    @field_validator("expect")
+    @classmethod
+    def _expect(cls, v: str) -> str:
+        return pins.check_expect(v)
 
 
 class AcceptedDeviation(_Strict):
     id: str = Field(..., min_length=1, max_length=200, description="deviation id glob (plan.json deviations)")
     reason: str = Field(..., min_length=1, description="why the release accepts it")
+
+
+class MustWaiver(_Strict):
+    check: str = Field(..., min_length=1, max_length=200, description="the MUST check's id, exactly (k3lab checks); no glob")
+    reason: str = Field(..., min_length=1, max_length=500, description="why this lab releases without it (mandatory)")
+
+    @field_validator("reason")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a waiver of a MUST check needs a reason in words")
+        return v
+
+    @field_validator("check")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        ids = [c.id for c in _suite()]
+        if v not in ids:
+            hint = hints.hint(v, ids) or "; k3lab checks lists the check ids"
+            raise ValueError(f"no check {v!r} (a waiver names one check id exactly, never a glob){hint}")
+        return v
 
 
 class ScenarioPolicy(_Strict):
@@ -144,6 +201,9 @@ class ScenarioPolicy(_Strict):
     accepted_findings: list[AcceptedFinding] = Field(
         default_factory=list, description="preflight warnings accepted on purpose (check id, nodes, mandatory reason): release "
         "--strict fails on the others, every report lists them")
+    waive_must: list[MustWaiver] = Field(
+        default_factory=list, description="MUST checks of the core suite this policy lets not block (level warn or "
+        "ignore via must, areas or checks), each named with its reason; a downgrade not named here is refused")
 
 
 class Policy(_Strict):
@@ -155,6 +215,7 @@ class Policy(_Strict):
     defaults: ScenarioPolicy = ScenarioPolicy()
     scenarios: dict[str, ScenarioPolicy] = {}
     _base: Policy | None = PrivateAttr(None)  # the policy this one extends (load() sets it)
+    _regex: RegexBudget = PrivateAttr(default_factory=RegexBudget)  # shared by every scenario's Effective
 
     @field_validator("schema_", mode="before")
     @classmethod
@@ -189,7 +250,9 @@ class Policy(_Strict):
         return (self._base.layers(sid) if self._base is not None else []) + own
 
     def for_scenario(self, sid: str) -> Effective:
-        return Effective.merge(sid, *self.layers(sid))
+        eff = Effective.merge(sid, *self.layers(sid))
+        eff.regex = self._regex
+        return eff
 
 
 class Effective:
@@ -211,19 +274,23 @@ class Effective:
         self.versions: list[VersionRule] = data["versions"]
         self.accepted: list[AcceptedDeviation] = data["accepted_deviations"]
         self.accepted_findings: list[AcceptedFinding] = data["accepted_findings"]
+        self.waive_must: list[MustWaiver] = data["waive_must"]
+        self.waived: dict[str, str] = {w.check: w.reason for w in self.waive_must}
+        self.regex = RegexBudget()  # Policy.for_scenario shares its policy's
 
     @classmethod
     def merge(cls, sid: str, *given: ScenarioPolicy | None) -> Effective:
         layers = [layer for layer in given if layer is not None]
         data: dict[str, Any] = dict(cls.BUILTIN, areas={}, checks={}, not_applicable=[], versions=[],
-                                    accepted_deviations=[], accepted_findings=[], threshold=0.97, tolerance=1.0)
+                                    accepted_deviations=[], accepted_findings=[], waive_must=[], threshold=0.97,
+                                    tolerance=1.0)
         for layer in layers:
             for key in ("must", "other", "static", "unaccepted_deviation"):
                 if getattr(layer, key) is not None:
                     data[key] = getattr(layer, key)
             data["areas"] = {**data["areas"], **layer.areas}
             data["checks"] = {**data["checks"], **layer.checks}
-            for key in ("not_applicable", "versions", "accepted_deviations", "accepted_findings"):
+            for key in ("not_applicable", "versions", "accepted_deviations", "accepted_findings", "waive_must"):
                 data[key] = data[key] + list(getattr(layer, key))
             if layer.perf.threshold is not None:
                 data["threshold"] = layer.perf.threshold
@@ -240,10 +307,11 @@ class Effective:
                 "unaccepted_deviation": self.unaccepted_deviation, "areas": self.areas, "checks": self.checks,
                 "not_applicable": dump(self.not_applicable), "perf": {"threshold": self.threshold},
                 "accuracy": {"tolerance": self.tolerance}, "versions": dump(self.versions),
-                "accepted_deviations": dump(self.accepted), "accepted_findings": dump(self.accepted_findings)}
+                "accepted_deviations": dump(self.accepted), "accepted_findings": dump(self.accepted_findings),
+                "waive_must": dump(self.waive_must)}
 
-    def level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
-        """(level, why) for one conformance check."""
+    def stated_level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
+        """(level, why) for one conformance check as the policy's must/other, areas and checks state it."""
         for pattern in sorted(self.checks, key=len, reverse=True):
             if fnmatch.fnmatchcase(check_id, pattern):
                 return self.checks[pattern], f"policy checks[{pattern!r}]"
@@ -253,13 +321,35 @@ class Effective:
             return self.must, "MUST statement"
         return self.other, "no MUST statement"
 
+    def level(self, check_id: str, area: str, must: str) -> tuple[str, str]:
+        """(level, why) for one conformance check. A core MUST check the policy lets not block keeps blocking
+        unless ``waive_must`` names it with a reason (#35: a glob or ``must: ignore`` never waives by omission)."""
+        level, why = self.stated_level(check_id, area, must)
+        if level == "block" or not must_gated(area, must):
+            return level, why
+        if check_id in self.waived:
+            return level, f"{why}; MUST waived: {self.waived[check_id]}"
+        return "block", f"MUST statement ({why} says {level}, but waive_must does not name it)"
+
+    def waiver(self, check_id: str, area: str, must: str) -> str | None:
+        """The reason a MUST check does not block here (named in ``waive_must``), else None."""
+        level, _ = self.stated_level(check_id, area, must)
+        return self.waived[check_id] if level != "block" and must_gated(area, must) and check_id in self.waived else None
+
+    def unwaived(self) -> list[str]:
+        """Core MUST checks this policy lets not block without naming them in ``waive_must``: each 'id (why)'."""
+        out = []
+        for c in _suite():
+            level, why = self.stated_level(c.id, c.area, c.must)
+            if level != "block" and must_gated(c.area, c.must) and c.id not in self.waived:
+                out.append(f"{c.id} ({why}: {level})")
+        return out
+
     def not_applicable_reason(self, check_id: str, message: str, na_reason: str | None = None) -> str | None:
         """The listed rule a skip matches: its reason id (``na_reason``, recorded by the suite; from the
         message for results recorded before ids) against the rules' ids, or, for a deprecated regex rule,
-        its pattern searched in the message with a time cap (the ``regex`` engine's timeout): a
+        its pattern searched in the message within the policy's regex budget (:class:`RegexBudget`): a
         catastrophic pattern counts as no match, never as a hang."""
-        import regex
-
         reason = na_reason or checks.legacy_na(message)
         for na in self.not_applicable:
             if not fnmatch.fnmatchcase(check_id, na.check):
@@ -268,11 +358,8 @@ class Effective:
                 if na.id == reason:
                     return na.id
                 continue
-            try:
-                if regex.search(na.reason or "", message, timeout=REGEX_TIMEOUT_S):
-                    return na.reason
-            except TimeoutError:
-                continue
+            if self.regex.search(na.reason or "", message):
+                return na.reason
         return None
 
     def deviation_accepted(self, dev_id: str) -> str | None:
@@ -280,6 +367,42 @@ class Effective:
             if fnmatch.fnmatchcase(dev_id, acc.id):
                 return acc.reason
         return None
+
+
+@functools.lru_cache(maxsize=1)
+def _suite() -> tuple[checks.CheckInfo, ...]:
+    """The live suite's checks (read once: the files are parsed, never imported)."""
+    return tuple(checks.suite_checks())
+
+
+def opt_in_areas() -> frozenset[str]:
+    """Areas of the opt-in modules (conformance/*.py not named test_*: --perf, --accuracy, ...): run only on
+    request, their level is the policy's choice (the default warns) and needs no waiver."""
+    return _opt_in_areas()
+
+
+@functools.lru_cache(maxsize=1)
+def _opt_in_areas() -> frozenset[str]:
+    return frozenset(c.area for c in _suite() if not c.source.split("::")[0].split("/")[-1].startswith("test_"))
+
+
+def must_gated(area: str, must: str) -> bool:
+    """A check whose MUST blocks unless a policy waives it by name: a core suite check stating MUST."""
+    return "MUST" in must and area not in opt_in_areas()
+
+
+def waiver_problems(pol: Policy) -> list[str]:
+    """Per scenario section (and defaults), the core MUST checks the policy downgrades without naming them."""
+    from k3lab.model import catalog as _catalog
+
+    out: list[str] = []
+    seen: set[str] = set()
+    for sid in ["", *_catalog.SCENARIOS]:
+        for item in pol.for_scenario(sid).unwaived():
+            if item not in seen:
+                seen.add(item)
+                out.append(item if not sid else f"{item} in scenario {sid}")
+    return out
 
 
 # --------------------------------------------------------------------------------------- loading
@@ -320,6 +443,11 @@ def load(path: str | Path | None = None) -> Policy:
     pol = _validate(data, str(path), lines)
     if pol.extends == "default" and path.resolve() != DEFAULT_PATH.resolve():
         pol.over(load())
+    problems = waiver_problems(pol)
+    if problems:  # a downgrade of MUST checks that names none of them: refused, never a PASS by omission
+        raise PolicyError(f"{path}: the policy lets {len(problems)} MUST check(s) not block without naming them: "
+                          f"{'; '.join(problems[:6])}{' ...' if len(problems) > 6 else ''}. Name each in waive_must "
+                          "with its reason ({check: ID, reason: WHY}), or keep it blocking")
     return pol
 
 
@@ -349,7 +477,7 @@ def cmd_policy(args) -> int:
         text = EXAMPLE_PATH.read_text()
         parse(text, "the example policy")  # never write an invalid file
         outputs.write_file(path, text)
-        print(f"wrote {path}: a commented gate policy over the kit's default (it states only its differences); "
+        formats.say(f"wrote {path}: a commented gate policy over the kit's default (it states only its differences); "
               f"edit it, then k3lab policy --check {path} shows the effective policy")
         return 0
     if args.schema:
@@ -386,9 +514,11 @@ def deprecated(pol: Policy) -> list[str]:
 def _print_check(d: dict[str, Any]) -> None:
     import yaml
 
+    from k3lab import formats
+
     over = " over the kit's default policy" if d["extends"] == "default" else ", standing alone"
-    print(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s)){over}")
+    formats.say(f"{d['file']}: valid policy (schema {d['schema']}, {len(d['scenarios'])} scenario section(s)){over}")
     for note in d["deprecated"]:
-        print(f"  note: {note}")
+        formats.say(f"  note: {note}")
     print("effective policy (per scenario: what differs from defaults):")
-    print(yaml.safe_dump(d["effective"], sort_keys=False, width=120).rstrip())
+    formats.say(yaml.safe_dump(d["effective"], sort_keys=False, width=120).rstrip())

@@ -106,6 +106,21 @@ class Results(_Artefact):
     deselected: int = Field(0, ge=0)
     tests: list[ResultRow]
 
+    @field_validator("tests")
+    @classmethod
+    def _one_row_each(cls, v: list[ResultRow]) -> list[ResultRow]:
+        """The plugin folds a check's phases into one row per node id; two rows for one check (a failed and a
+        passed one, from a merged or edited file) cannot both be its outcome: refused, never the last one read."""
+        seen: dict[str, list[str]] = {}
+        for row in v:
+            seen.setdefault(row.nodeid, []).append(row.outcome)
+        dup = {k: o for k, o in seen.items() if len(o) > 1}
+        if dup:
+            first = next(iter(dup))
+            raise ValueError(f"{len(dup)} check(s) with more than one row, e.g. {first!r}: {len(dup[first])} rows "
+                             f"({', '.join(dup[first])}); a results file holds one row per check")
+        return v
+
 
 class GateItem(_Artefact):
     """One gate input of a scenario's verdict (:class:`k3lab.reports.gate.Item` as stored)."""

@@ -32,6 +32,10 @@ class TargetKind:
     needs_inventory: bool
     # how the guides' docker run changes on this target, with why (listed in every plan's deviations)
     deviations: tuple[tuple[str, str, str], ...] = field(default=())
+    # render also writes Kubernetes manifests (OUT/k8s/) from the inventory's k8s section, which it requires
+    manifests: bool = False
+    # k3lab up / cycle can bring a plan up there; when not, they refuse with this remedy (exit 2)
+    live: str | None = None
 
 
 SIM_DEVIATIONS = (
@@ -45,11 +49,28 @@ SIM_DEVIATIONS = (
     ("sim-net-admin", "adds --cap-add NET_ADMIN", "to give simulated NPU devices their own addresses"),
 )
 
+K8S_DEVIATIONS = (
+    ("k8s-pods", "each node's container is a pod (a LeaderWorkerSet per role group; MetaService and proxy pods "
+     "of their own) pinned to the node's host, instead of docker run; the pod stages the node's scripts from a "
+     "ConfigMap and starts its processes itself",
+     "Kubernetes schedules the containers; vllm-ascend's own multi-node nightly runs the same way (LWS)"),
+    ("k8s-devices", "NPUs come from the device plugin's resource (k8s.npu_resource, devices per node) instead of "
+     "--device /dev/davinci*", "the device plugin owns the devices on a Kubernetes node"),
+    ("k8s-shm", "/dev/shm is an in-memory emptyDir with a size limit (k8s.shm_size, the guides' 1g by default) "
+     "instead of --shm-size", "a pod has no --shm-size"),
+    ("k8s-weights", "the checkpoint directory is the inventory's k8s.weights volume (a PVC or a host path) "
+     "instead of -v /root/.cache:/root/.cache", "pods mount volumes, not arbitrary host paths"),
+)
+K8S_LIVE = "the k8s target renders manifests only in this version; apply them with kubectl (RUNBOOK.md)"
+
 KINDS: dict[str, TargetKind] = {k.name: k for k in (
     TargetKind("sim", "the simulator", "the simulator", real_hosts=False, simulated=True, own_subnet=True, names_containers=True,
                needs_inventory=False, deviations=SIM_DEVIATIONS),
     TargetKind("lab", "a lab", "a lab (each node its own Docker endpoint)", real_hosts=True, simulated=False,
                own_subnet=False, names_containers=False, needs_inventory=True),
+    TargetKind("k8s", "Kubernetes", "Kubernetes (manifests for kubectl apply; pods with host networking on the "
+               "inventory's nodes)", real_hosts=True, simulated=False, own_subnet=False, names_containers=True,
+               needs_inventory=True, deviations=K8S_DEVIATIONS, manifests=True, live=K8S_LIVE),
 )}
 
 DEFAULT = "sim"  # without --target and without an inventory

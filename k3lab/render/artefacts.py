@@ -39,7 +39,7 @@ from k3lab.model.plan import (
     jsonable,
 )
 from k3lab.model.plan import flag as _flag
-from k3lab.render import memcache, profiles, runbook
+from k3lab.render import k8s, memcache, profiles, runbook
 from k3lab.render.families import Family, family
 from k3lab.render.scripts import PROXY_VARS, Cmd, Ctx
 from k3lab.render.shell import Line, Raw, Script, Unset, plain_words
@@ -64,6 +64,8 @@ class Rendered:
     plan: Plan
     files: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> artefact name -> text
     sim_subnet: str | None = None  # the inventory's sim.subnet, for preflight's address checks
+    manifests: dict[str, str] = field(default_factory=dict)  # k8s target: OUT/k8s/<file> -> YAML (k3lab.render.k8s)
+    runbook_extra: str = ""  # k8s target: the RUNBOOK's kubectl section
 
 
 # ------------------------------------------------------------------------------ inventory shape
@@ -237,6 +239,9 @@ def build(scenario_id: str, inv: Inventory, options: dict[str, str] | None = Non
         stages=_stages(b.family, inv, b.node_plans, b.heads), expect=b.expect(), deviations=b.deviations(),
     )
     _check_port_ceiling(b.node_plans)
+    if targetkinds.kind(target).manifests:
+        made = k8s.render(rendered.plan, rendered.files, inv, run_label)
+        rendered.manifests, rendered.runbook_extra = made.files, made.runbook
     return rendered
 
 
@@ -638,7 +643,7 @@ def write(rendered: Rendered, out: str | Path, force: bool = False, preamble: st
     except OSError as exc:
         raise outputs.failed(parent, exc) from None
     try:
-        for reserved in ("plan.json", runbook.NAME):
+        for reserved in ("plan.json", runbook.NAME, *([k8s.DIR] if rendered.manifests else [])):
             if reserved in rendered.files:
                 raise InputError(f"nodes.{reserved}.name: {reserved!r} is reserved for a file of the render")
         for node, files in rendered.files.items():
@@ -646,7 +651,11 @@ def write(rendered: Rendered, out: str | Path, force: bool = False, preamble: st
             for name, text in files.items():
                 _write_file(tmp / node / name, text, 0o755 if name.endswith((".sh", ".py")) else 0o644)
         _write_file(tmp / "plan.json", plan_json(rendered.plan), 0o644)
-        _write_file(tmp / runbook.NAME, preamble + runbook.text(rendered.plan), 0o644)  # preamble: forced errors
+        if rendered.manifests:
+            (tmp / k8s.DIR).mkdir()
+            for name, text in rendered.manifests.items():
+                _write_file(tmp / k8s.DIR / name, text, 0o644)
+        _write_file(tmp / runbook.NAME, preamble + runbook.text(rendered.plan) + rendered.runbook_extra, 0o644)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)

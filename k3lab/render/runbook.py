@@ -33,6 +33,11 @@ _TEMPLATE = """\
 # Runbook: {{ plan.scenario }} ({{ plan.section }})
 
 {{ plan.title }}. Rendered for **{{ target_words }}** (inventory `{{ plan.inventory }}`).
+{% if kind.manifests %}
+
+> The pods of `k8s/` run these scripts; the last section says how to apply them with kubectl. The Docker
+> steps below are what the pods do for each node, and what `k3lab up` does on a lab.
+{% endif %}
 {% if kind.simulated %}
 
 > These artefacts were rendered for the **simulator**: the addresses ({{ addresses }}) and NIC

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from k3lab import outputs
 from k3lab.diagnosis.engine import Diagnosis, Finding, diagnose
 from k3lab.diagnosis.triage import text as terminal_lines
-from k3lab.errors import K3labError
+from k3lab.errors import K3labError, printable
 from k3lab.model import apikey
 from k3lab.reports.templating import Markup, render_html
 
@@ -99,13 +99,13 @@ def add_to_junit(path: Path, d: Diagnosis) -> None:
         root.remove(old)
     suite = ET.SubElement(root, "testsuite", name=SUITE, tests=str(max(1, len(d.findings[:SHOWN]))),
                           failures=str(len(d.findings[:SHOWN])), errors="0", skipped="0" if d.findings else "1")
-    for f in d.findings[:SHOWN]:
-        case = ET.SubElement(suite, "testcase", classname=SUITE, name=f"{f.cause.id}@{f.node or '-'}")
-        fail = ET.SubElement(case, "failure", message=f"{f.cause.title} on {f.node or '?'}: {f.cause.remedy}")
-        fail.text = apikey.redact("\n".join(terminal_lines(_single(d, f), limit=1)))
+    for f in d.findings[:SHOWN]:  # node names, log lines and file names: printable, so the XML stays XML 1.0
+        case = ET.SubElement(suite, "testcase", classname=SUITE, name=printable(f"{f.cause.id}@{f.node or '-'}"))
+        fail = ET.SubElement(case, "failure", message=printable(f"{f.cause.title} on {f.node or '?'}: {f.cause.remedy}"))
+        fail.text = printable(apikey.redact("\n".join(terminal_lines(_single(d, f), limit=1))))
     if not d.findings:
         case = ET.SubElement(suite, "testcase", classname=SUITE, name="no-known-cause")
-        ET.SubElement(case, "skipped", message=apikey.redact(terminal_lines(d)[-1]))
+        ET.SubElement(case, "skipped", message=printable(apikey.redact(terminal_lines(d)[-1])))
     outputs.write_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True), flag="report")
 
 

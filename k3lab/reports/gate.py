@@ -36,6 +36,7 @@ class Item:
     actual: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # perf.* / accuracy.* properties
     duration: float = 0.0  # seconds the check (or static step) took; JUnit's time
+    waived: str = ""    # a MUST check the policy's waive_must lets not block: its reason
 
 
 @dataclass
@@ -48,8 +49,21 @@ class Verdict:
     versions: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "verdict": self.verdict, "reasons": self.reasons,
-                "run_dir": self.run_dir, "versions": self.versions, "items": [asdict(i) for i in self.items]}
+        return {"scenario": self.scenario, "verdict": self.verdict, "label": self.label, "reasons": self.reasons,
+                "waived_must": self.waived_must(), "run_dir": self.run_dir, "versions": self.versions,
+                "items": [asdict(i) for i in self.items]}
+
+    def waived_must(self) -> list[str]:
+        """MUST checks that did not pass and did not block only because the policy's waive_must names them:
+        'id: reason', one per check id."""
+        out = {i.id: f"{i.id}: {i.waived}" for i in self.items
+               if i.waived and i.status in ("fail", "incomplete", "warn")}
+        return sorted(out.values())
+
+    @property
+    def label(self) -> str:
+        """The verdict as every report says it: a PASS reached with waived MUST checks says how many (#35)."""
+        return label(self.verdict, len(self.waived_must()))
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Verdict:
@@ -64,6 +78,10 @@ class Verdict:
             if cur is None or ORDER.index(_effective(item)) < ORDER.index(cur):
                 out[item.area] = _effective(item)
         return out
+
+
+def label(verdict: str, waived: int) -> str:
+    return f"{verdict} with {waived} waived MUST checks" if verdict == PASS and waived else verdict
 
 
 def _effective(item: Item) -> str:
@@ -84,14 +102,15 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         props = t["properties"]
         area = t["area"]
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
-        level, why = eff.level(cid, area, props.get("conformance.must", t.get("must", "")) or "")
+        must = props.get("conformance.must", t.get("must", "")) or ""
+        level, why = eff.level(cid, area, must)
         status, msg = _status(eff, cid, t["outcome"], t["message"], props, t.get("na_reason"))
         metrics, bad = _metrics(props)
         if bad and status in ("pass", "na", "warn"):  # a number that is no measurement never passes
             status, msg = "incomplete", f"not a measurement: {'; '.join(bad)}"
         items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
                           props.get("expected", ""), props.get("actual", ""), metrics,
-                          float(t.get("duration") or 0.0)))
+                          float(t.get("duration") or 0.0), eff.waiver(cid, area, must) or ""))
     return items
 
 
@@ -123,7 +142,10 @@ def _metrics(props: dict[str, str]) -> tuple[dict[str, float], list[str]]:
     return metrics, bad
 
 
-def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[Item]:
+def version_items(eff: Effective, scenario: str, doc: dict[str, Any], plan_nodes: list[str] | None = None) -> list[Item]:
+    """One item per policy version rule. The gate decides on what should have answered (#35): a version is
+    judged on every plan node, so a node that did not answer (``unanswered``, or absent from ``nodes``) or that
+    answered without the component leaves the rule INCOMPLETE, never a PASS read off the nodes that did."""
     summary = doc.get("summary") or {}
     guide = versions.guide_of(scenario)
     items = []
@@ -135,19 +157,47 @@ def version_items(eff: Effective, scenario: str, doc: dict[str, Any]) -> list[It
             items.append(Item(key, key, "versions", rule.level, "na", f"the guide pins no {rule.component} version; "
                               f"recorded {actual or 'nothing'}", actual=str(actual or "")))
             continue
-        if not doc:
-            status, msg = "incomplete", "no versions.json: the nodes' versions were not read"
-        elif actual is None:
-            status, msg = "incomplete", f"{rule.component} not found on any node"
-        elif str(actual).startswith("mixed: "):
-            status, msg = "fail", f"{rule.component} differs between nodes: {actual[7:]}"
-        elif versions.matches(str(actual), expected):
-            status, msg = "pass", f"{rule.component} {actual}"
-        else:
-            status, msg = "fail", f"{rule.component} is {actual}, the policy expects {expected} ({rule.reason})"
+        status, msg = _version_status(rule.component, actual, expected, doc, plan_nodes or [])
+        if status == "fail" and not str(actual).startswith("mixed: "):
+            msg += f" ({rule.reason})"
         items.append(Item(key, key, "versions", rule.level, status, msg, None, rule.reason or "policy versions",
                           expected, str(actual or "")))
     return items
+
+
+def _version_status(component: str, actual: Any, expected: str, doc: dict[str, Any],
+                    plan_nodes: list[str]) -> tuple[str, str]:
+    if not doc:
+        return "incomplete", "no versions.json: the nodes' versions were not read"
+    if actual is None:
+        return "incomplete", f"{component} not found on any node"
+    if str(actual).startswith("mixed: "):
+        return "fail", f"{component} differs between nodes: {actual[7:]}"
+    if not versions.matches(str(actual), expected):
+        return "fail", f"{component} is {actual}, the policy expects {expected}"
+    unread = _unread(component, doc, plan_nodes)
+    if unread:
+        return "incomplete", (f"{component} {actual} on the nodes that answered, but {len(unread)} of "
+                              f"{len(plan_nodes) or len(unread)} node(s) not read: {'; '.join(unread[:5])}"
+                              + (" ..." if len(unread) > 5 else ""))
+    return "pass", f"{component} {actual}"
+
+
+def _unread(component: str, doc: dict[str, Any], plan_nodes: list[str]) -> list[str]:
+    """The plan nodes whose ``component`` was not read, each with why."""
+    nodes = doc.get("nodes") or {}
+    unanswered = doc.get("unanswered") or {}
+    if isinstance(unanswered, list):
+        unanswered = {n: f"{n}: did not answer" for n in unanswered}
+    out = []
+    for name in plan_nodes or sorted(set(nodes) | set(unanswered)):
+        if name in unanswered:
+            out.append(str(unanswered[name]))
+        elif name not in nodes:
+            out.append(f"{name}: not in {versions.FILE}")
+        elif not (nodes.get(name) or {}).get(component):
+            out.append(f"{name}: answered without {component}")
+    return out
 
 
 def deviation_items(eff: Effective, plan: dict[str, Any]) -> list[Item]:
@@ -205,7 +255,7 @@ def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | 
     if plan_problem:  # without the plan, the version and deviation items cannot be judged: never PASS
         items.append(Item("live.plan", "live.plan", "live", "block", "incomplete", plan_problem))
     else:
-        items += version_items(eff, eff.scenario, vers)
+        items += version_items(eff, eff.scenario, vers, [str(n.get("name")) for n in run.plan["nodes"]])
         items += deviation_items(eff, run.plan)
     if not vers:
         items.append(Item("live.versions", "live.versions", "live", "block", "incomplete",
@@ -245,3 +295,8 @@ def _missing_checks(run: report.Run) -> list[Item]:
 def overall(verdicts: list[Verdict]) -> str:
     kinds = {v.verdict for v in verdicts}
     return FAIL if FAIL in kinds else INCOMPLETE if INCOMPLETE in kinds or not verdicts else PASS
+
+
+def overall_label(verdicts: list[Verdict]) -> str:
+    """The release's verdict as its reports say it: a PASS with waived MUST checks counts them (per scenario)."""
+    return label(overall(verdicts), sum(len(v.waived_must()) for v in verdicts))

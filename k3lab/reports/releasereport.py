@@ -37,8 +37,13 @@ def _view(out: Path, doc: dict[str, Any]) -> dict[str, Any]:
     verdicts = [gate.Verdict.from_json(s) for s in doc["scenarios"]]
     areas = _areas(verdicts)
     rows = [_row(out, doc, v, areas) for v in verdicts]
-    return {"doc": doc, "areas": areas, "rows": rows, "components": COMPONENTS,
+    return {"doc": doc, "overall": _overall(doc), "areas": areas, "rows": rows, "components": COMPONENTS,
             "status_text": STATUS_TEXT, "static_only": STATIC_ONLY}
+
+
+def _overall(doc: dict[str, Any]) -> str:
+    """The release's verdict as written ('PASS with N waived MUST checks' when so), else its overall."""
+    return str(doc.get("overall_label") or doc["overall"])
 
 
 def _areas(verdicts: list[gate.Verdict]) -> list[str]:
@@ -55,7 +60,7 @@ def _row(out: Path, doc: dict[str, Any], v: gate.Verdict, areas: list[str]) -> d
     cyc = doc.get("cycles", {}).get(v.scenario, {})
     run = _rel(out, v.run_dir)
     not_evaluated = sum(i.level == "warn" and i.status == "incomplete" for i in v.items)
-    return {"scenario": v.scenario, "verdict": v.verdict, "cells": [cells.get(a) for a in areas],
+    return {"scenario": v.scenario, "verdict": v.verdict, "label": v.label, "waived": v.waived_must(), "cells": [cells.get(a) for a in areas],
             "reasons": v.reasons, "run": run,
             "report": f"{run}/report.html" if run else None, "summary": f"{run}/summary.md" if run else None,
             "log": _rel(out, cyc.get("log")), "wall": cyc.get("wall_s"),
@@ -83,6 +88,10 @@ def release_md(out: Path, doc: dict[str, Any]) -> str:
     lines += ["", "## Why not PASS", ""]
     reasons = [x for r in view["rows"] for x in r["reasons"]]
     lines += [f"- {md(x)}" for x in reasons] or ["Every scenario passed its blocking checks."]
+    waived = [(r["scenario"], w) for r in view["rows"] for w in r["waived"]]
+    if waived:
+        lines += ["", "## Waived MUST checks (the policy's waive_must)", ""]
+        lines += [f"- {md(s)}: {md(w)}" for s, w in waived]
     warns = [(r["scenario"], w) for r in view["rows"] for w in r["warnings"]]
     if warns:
         lines += ["", "## Warnings (non-blocking)", ""]
@@ -97,7 +106,7 @@ def release_md(out: Path, doc: dict[str, Any]) -> str:
 
 def _header_md(doc: dict[str, Any], scenarios: int) -> list[str]:
     t = doc["timings"]
-    lines = [f"# k3lab release: {doc['overall']}{'' if doc.get('live', True) else ' (static only)'}", "",
+    lines = [f"# k3lab release: {_overall(doc)}{'' if doc.get('live', True) else ' (static only)'}", "",
              *([STATIC_ONLY, ""] if not doc.get("live", True) else []),
              f"Target {md(doc['target'])}, policy {md(doc['policy'])}, {scenarios} scenarios, "
              f"{doc['jobs']} at a time. Wall {t['total_s']:.1f} s (static {t['static_s']:.2f} s, live {t['live_s']:.1f} s; "
@@ -117,14 +126,14 @@ def _matrix_md(view: dict[str, Any]) -> list[str]:
     for r in view["rows"]:
         cells = " | ".join(STATUS_TEXT.get(c, "–") if c else "–" for c in r["cells"])
         link = f"[report]({r['report']}) · [summary]({r['summary']})" if r["run"] else "–"
-        lines.append(f"| {md(r['scenario'])} | **{r['verdict']}** | {cells} | {link} |")
+        lines.append(f"| {md(r['scenario'])} | **{md(r['label'])}** | {cells} | {link} |")
     return lines
 
 
 # ---------------------------------------------------------------------------------------- HTML
 
 _HTML = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>k3lab release: {{ doc.overall }}</title>
+<html lang="en"><head><meta charset="utf-8"><title>k3lab release: {{ overall }}</title>
 <style>
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;max-width:1500px}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
@@ -136,7 +145,7 @@ td.na,td.none,td.ignored{background:#f6f8fa;color:#8c959f}.muted{color:#57606a}l
 table.matrix th.area{vertical-align:bottom;padding:4px 2px}table.matrix th.area span{writing-mode:vertical-rl;
 transform:rotate(180deg);white-space:nowrap}.warn{background:#fff8c5;padding:4px 8px}
 </style></head><body>
-<h1>k3lab release <span class="v {{ doc.overall }}">{{ doc.overall }}</span>{% if not doc.get('live', true) %} (static only){% endif %}</h1>
+<h1>k3lab release <span class="v {{ doc.overall }}">{{ overall }}</span>{% if not doc.get('live', true) %} (static only){% endif %}</h1>
 {% if not doc.get('live', true) %}<p class="warn">{{ static_only }}</p>{% endif %}
 <p>Target {{ doc.target }}, policy {{ doc.policy }}, {{ rows|length }} scenarios, {{ doc.jobs }} at a time.
 Wall {{ '%.1f'|format(doc.timings.total_s) }} s (static {{ '%.2f'|format(doc.timings.static_s) }} s,
@@ -146,7 +155,7 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 {% if doc.injected %}<p>Injected faults: {% for k, v in doc.injected.items() %}{{ k }}={{ v }} {% endfor %}</p>{% endif %}
 <h2>Scenario × area</h2>
 <div class="matrix-wrap"><table class="matrix"><tr><th>scenario</th><th>verdict</th>{% for a in areas %}<th class="area"><span>{{ a }}</span></th>{% endfor %}<th>evidence</th><th>cycle</th></tr>
-{% for r in rows %}<tr><th>{{ r.scenario }}</th><td><span class="v {{ r.verdict }}">{{ r.verdict }}</span></td>
+{% for r in rows %}<tr><th>{{ r.scenario }}</th><td><span class="v {{ r.verdict }}">{{ r.label }}</span></td>
 {% for c in r.cells %}<td class="c {{ c or 'none' }}">{{ status_text.get(c, '–') if c else '–' }}</td>{% endfor %}
 <td>{% if r.run %}<a href="{{ r.report }}">report</a> · <a href="{{ r.summary }}">summary</a>{% else %}–{% endif %}
 {% if r.log %} · <a href="{{ r.log }}">log</a>{% endif %}</td>
@@ -155,6 +164,7 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 <h2>Why not PASS</h2>
 {% set ns = namespace(any=false) %}<ul>{% for r in rows %}{% for x in r.reasons %}{% set ns.any = true %}<li>{{ x }}</li>{% endfor %}{% endfor %}</ul>
 {% if not ns.any %}<p class="muted">Every scenario passed its blocking checks.</p>{% endif %}
+{% if rows|map(attribute='waived')|select|list %}<h2>Waived MUST checks (the policy's waive_must)</h2><ul>{% for r in rows %}{% for w in r.waived %}<li><b>{{ r.scenario }}</b>: {{ w }}</li>{% endfor %}{% endfor %}</ul>{% endif %}
 {% if rows|map(attribute='warnings')|select|list %}<h2>Warnings (non-blocking)</h2><ul>{% for r in rows %}{% for w in r.warnings %}<li><b>{{ r.scenario }}</b>: {{ w }}</li>{% endfor %}{% endfor %}</ul>{% endif %}
 {% if doc.get('live', true) %}<h2>Versions read from the nodes</h2>
 <table><tr><th>scenario</th>{% for c in components %}<th>{{ c }}</th>{% endfor %}</tr>

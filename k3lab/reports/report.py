@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
+import os
 import platform
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from urllib.parse import quote
 
 from k3lab import __version__, outputs
 from k3lab.diagnosis.engine import Diagnosis
-from k3lab.errors import InputError
+from k3lab.errors import InputError, printable
 from k3lab.model import apikey, runs
 from k3lab.reports import diagreport, failures
 from k3lab.reports.reportsvg import topology_svg
@@ -81,6 +82,11 @@ class Run:
 
     def count(self, outcome: str) -> int:
         return sum(t["outcome"] == outcome for t in self.tests)
+
+    @property
+    def verdict_label(self) -> str:
+        """The verdict as the reports say it: the gate's label ('PASS with N waived MUST checks', #35) when judged."""
+        return str((self.gate or {}).get("label") or self.verdict)
 
     @property
     def verdict(self) -> str:
@@ -296,12 +302,22 @@ _MD = str.maketrans({c: "\\" + c for c in "\\`*[]|"})
 
 
 def md(value: object) -> str:
-    """Inline Markdown text: one line, HTML neutralised, emphasis/link/table syntax escaped."""
-    return html.escape(" ".join(str(value).split()), quote=False).translate(_MD)
+    """Inline Markdown text: one line, controls and lone surrogates shown (printable), HTML neutralised,
+    emphasis/link/table syntax escaped."""
+    return html.escape(" ".join(printable(str(value)).split()), quote=False).translate(_MD)
+
+
+def href(rel: str) -> str:
+    """A run-relative path as a URL: a file name that is not UTF-8 (its bytes came back as surrogates)
+    links to its real bytes; any other surrogate, which no file name holds, is shown escaped."""
+    try:
+        return quote(os.fsencode(rel))
+    except UnicodeEncodeError:
+        return quote(printable(rel))
 
 
 def _link(rel: str, text: str | None = None) -> str:
-    return f"[{md(text or rel)}]({quote(rel)})"
+    return f"[{md(text or rel)}]({href(rel)})"
 
 
 def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
@@ -309,7 +325,7 @@ def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
     p, v = run.plan, _versions(run)
     counts = f"{run.count('passed')} passed, {run.count('failed')} failed, {run.count('error')} errors, " \
              f"{run.count('skipped')} skipped" + (f", {run.count('xfailed')} xfailed" if run.count("xfailed") else "")
-    lines = [f"# k3lab acceptance: {md(p.get('scenario', '?'))}: {run.verdict}", "",
+    lines = [f"# k3lab acceptance: {md(p.get('scenario', '?'))}: {run.verdict_label}", "",
              "| | |", "|---|---|",
              f"| Scenario | {md(p.get('scenario', '?'))}: {md(p.get('title', ''))} |",
              f"| Seed | {md(p.get('seed', '?'))}, {md(p.get('section', ''))} |",
@@ -317,7 +333,7 @@ def summary_md(run: Run, diagnosis: Diagnosis | None = None) -> str:
              f"| Inventory | {md(p.get('inventory', '?'))} |",
              f"| Run | {md(_run_label(run))} |",
              f"| Versions | k3lab {md(v['k3lab'])}; image {md(v['image'])}; Python {md(v['python'])} |",
-             f"| Verdict | **{run.verdict}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
+             f"| Verdict | **{run.verdict_label}**: {counts} ({len(run.tests)} checks, from {md(run.source)}) |", ""]
     lines += [f"- left out, unreadable: {md(problem)}" for problem in run.problems] + ([""] if run.problems else [])
     lines += _results_md(run)
     if diagnosis is not None:
@@ -449,8 +465,8 @@ svg .head.pool{fill:#8250df}
 
 _HTML = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>k3lab {{ scenario }}: {{ verdict }}</title><style>{{ css }}</style></head><body>
-<h1>k3lab acceptance: {{ scenario }} <span class="verdict {{ verdict }}">{{ verdict }}</span></h1>
+<title>k3lab {{ scenario }}: {{ label }}</title><style>{{ css }}</style></head><body>
+<h1>k3lab acceptance: {{ scenario }} <span class="verdict {{ verdict }}">{{ label }}</span></h1>
 <table>{% for k, val in info %}<tr><th>{{ k }}</th><td>{{ val }}</td></tr>{% endfor %}</table>
 <h2>Deployment</h2>
 {{ svg }}
@@ -508,11 +524,11 @@ def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
     rows, areas, _ = _cells(run)
     fails = failures.rows(run.tests, run.plan, diagnosis)
     return render_html(
-        _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, css=Markup(CSS), info=info,
+        _HTML, scenario=p.get("scenario", "?"), verdict=run.verdict, label=run.verdict_label, css=Markup(CSS), info=info,
         svg=Markup(topology_svg(run.plan, run.tests, failures.marked(fails, diagnosis))),
         diagnosis=diagreport.html(diagnosis) if diagnosis is not None else Markup(""), areas=areas, matrix=_matrix_rows(run),
         failure_cols=failures.COLUMNS, failures=fails, deviations=run.plan.get("deviations") or [],
-        evidence=[(group, [(quote(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
+        evidence=[(group, [(href(r), Path(r).name) for r in files]) for group, files in _evidence_files(run).items()],
         skipped=skipped(run), generated=_now(), version=__version__)
 
 

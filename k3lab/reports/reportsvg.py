@@ -15,12 +15,14 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+from k3lab.errors import printable
+
 FAILED = ("failed", "error")
 ROLE_ORDER = ("prefill", "decode", "mixed", "metaservice")
 
 
 def e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _clip(text: str, n: int) -> str:

@@ -36,12 +36,15 @@ def cmd_report(args) -> int:
     verdict = json.loads(written["gate"].read_text())
     reasons = verdict.get("reasons") or []
     doc = {"run": str(args.run), "reports": {kind: str(path) for kind, path in written.items()},
-           "verdict": verdict["verdict"], "scenario": verdict["scenario"], "reasons": reasons}
+           "verdict": verdict["verdict"], "label": verdict.get("label") or verdict["verdict"],
+           "waived_must": verdict.get("waived_must") or [], "scenario": verdict["scenario"], "reasons": reasons}
 
     def text(d: dict) -> None:
-        print("\n".join(f"{kind}: {path}" for kind, path in d["reports"].items()))
+        formats.say("\n".join(f"{kind}: {path}" for kind, path in d["reports"].items()))
         first = f": {len(d['reasons'])} reason(s); first: {d['reasons'][0]}" if d["reasons"] else ""
-        print(f"{d['verdict']} {d['scenario']}{first}")
+        formats.say(f"{d['label']} {d['scenario']}{first}")  # a reason quotes the run's messages
+        for w in d["waived_must"]:
+            formats.say(f"  waived MUST check {w}")
 
     formats.emit(args, doc, text)
     return gate.EXIT[verdict["verdict"]]

@@ -1,4 +1,5 @@
-"""The reports' one template engine: jinja2 with autoescape, strict about missing values.
+"""The reports' one template engine: jinja2 with autoescape, strict about missing values, every printed value
+printable (k3lab.errors.printable) before it is escaped.
 
 Every value in a report may come from an inventory (node names, addresses, paths), so HTML is
 never assembled by hand: templates escape each value, and the secret is redacted from each value
@@ -10,6 +11,7 @@ from functools import lru_cache
 
 from markupsafe import Markup
 
+from k3lab.errors import printable
 from k3lab.model import apikey
 
 __all__ = ["Markup", "render_html"]
@@ -19,8 +21,16 @@ __all__ = ["Markup", "render_html"]
 def _template(source: str):
     import jinja2  # here: the CLI's light commands import the reports but never render HTML
 
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    # finalize: every {{ value }} printable before autoescape escapes it, attributes of objects too
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             finalize=_printable)
     return env.from_string(source)
+
+
+def _printable(value: object) -> object:
+    """A value as a template prints it: text shown, never run (controls, bidi overrides, lone surrogates
+    escaped; :func:`k3lab.errors.printable`); the kit's own Markup (SVG, CSS) as it is."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def render_html(source: str, **context: object) -> str:

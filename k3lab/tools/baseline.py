@@ -123,5 +123,5 @@ def cmd_baseline(args) -> int:
         out = outputs.check_file(out, args.force, flag="baseline")
     outputs.write_file(out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     formats.emit(args, {"scenario": sid, "metrics": doc["metrics"], "out": str(out)},
-                 lambda d: print(f"baseline for {sid}: {', '.join(f'{k}={v:g}' for k, v in d['metrics'].items())} -> {out}"))
+                 lambda d: formats.say(f"baseline for {sid}: {', '.join(f'{k}={v:g}' for k, v in d['metrics'].items())} -> {out}"))
     return 0

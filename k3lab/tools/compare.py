@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from k3lab import formats
-from k3lab.errors import InputError, UsageError
+from k3lab.errors import InputError, UsageError, printable
 from k3lab.model import catalog, numbers
 from k3lab.model.policy import Policy
 from k3lab.model.policy import load as load_policy
@@ -60,7 +60,19 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
 
 
 def _items(v: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    return {i["key"]: i for i in (v or {}).get("items", [])}
+    """Items by key; two items with one key (a release written by hand or by another kit) count as the worse
+    of them, never as whichever came last (#35)."""
+    out: dict[str, dict[str, Any]] = {}
+    for i in (v or {}).get("items", []):
+        cur = out.get(i["key"])
+        if cur is None or _rank(i) < _rank(cur):
+            out[i["key"]] = i
+    return out
+
+
+def _rank(item: dict[str, Any]) -> int:
+    status = item.get("status")
+    return gate.ORDER.index(status) if status in gate.ORDER else 0  # an unknown status is no pass
 
 
 def _metric_rule(metric: str, threshold: float, tolerance: float) -> tuple[str, Any]:
@@ -233,7 +245,7 @@ def text(doc: dict[str, Any]) -> str:
         if r["still_failing"]:
             out.append(f"  {r['still_failing']} blocking item(s) failing or incomplete in both")
     out.append(f"{same} scenario(s) unchanged")
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out) + "\n")  # messages, keys and versions come from the runs
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -250,7 +262,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines = _markdown_details(r)
         if lines:
             out += ["", f"**{r['scenario']}** ({r['verdict_a'] or '-'} → {r['verdict_b'] or '-'})", "", *lines]
-    return report.redact("\n".join(out) + "\n")
+    return printable(report.redact("\n".join(out) + "\n"))
 
 
 def _scope_md(sc: dict[str, Any]) -> str:
@@ -283,5 +295,5 @@ def cmd_compare(args) -> int:
                "json": lambda d: json.dumps(d, indent=2, allow_nan=False) + "\n"}[args.format]
         outputs.write_file(out, fmt(doc))
     else:
-        formats.emit(args, doc, lambda d: print((markdown if args.format == "markdown" else text)(d), end=""))
+        formats.emit(args, doc, lambda d: formats.say((markdown if args.format == "markdown" else text)(d), end=""))
     return 1 if doc["regression"] else 0

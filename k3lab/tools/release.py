@@ -222,7 +222,7 @@ def _release(scenarios: list[str], policy: Policy, out: Path, target: str, inven
            "timings": {"total_s": round(time.monotonic() - t0, 2), "static_s": round(static_s, 3),
                        "live_s": round(live_s, 2),
                        "sum_of_cycles_s": round(sum(c.get("wall_s", 0) for c in cycles.values()), 2)},
-           "cycles": cycles, "overall": gate.overall(verdicts),
+           "cycles": cycles, "overall": gate.overall(verdicts), "overall_label": gate.overall_label(verdicts),
            "scenarios": [v.to_json() for v in verdicts]}
     return doc
 
@@ -397,9 +397,9 @@ def _check_injections(inject: dict[str, str], scenarios: list[str], target: str)
 def _print_summary(doc: dict[str, Any], out: Path) -> None:
     t = doc["timings"]
     for v in doc["scenarios"]:
-        print(f"{v['verdict']:10} {v['scenario']}" + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})"
-                                                      if v["reasons"] else ""))
+        formats.say(f"{v.get('label') or v['verdict']:10} {v['scenario']}"
+                    + (f"  ({len(v['reasons'])} reason(s); first: {v['reasons'][0]})" if v["reasons"] else ""))
     scope = " (static only: render, preflight and golden; no deployment was checked)" if not doc["live"] else ""
-    print(f"release {doc['overall']}{scope}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
+    formats.say(f"release {doc.get('overall_label') or doc['overall']}{scope}: {len(doc['scenarios'])} scenarios, wall {t['total_s']:.1f}s "
           f"(static {t['static_s']:.2f}s, live {t['live_s']:.1f}s, sum of cycles {t['sum_of_cycles_s']:.1f}s); "
           f"report {out / 'release.html'}")

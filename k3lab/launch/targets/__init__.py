@@ -1,7 +1,8 @@
 """The targets a run can be brought up on, one module each, behind one interface (:class:`Target`).
 
 ``sim`` (:mod:`.sim`): every node a container on the local engine. ``lab`` (:mod:`.lab`): every node its
-own Docker endpoint, with the lab's preflight, host stage and hardware stage. A new target (Kubernetes)
+own Docker endpoint, with the lab's preflight, host stage and hardware stage. ``k8s`` (:mod:`.k8s`):
+registered, render-only in this version (its kind's ``live`` says so and ``k3lab up`` refuses). A new target
 is one more module that subclasses :class:`~k3lab.launch.targets.base.Target` and registers itself;
 the lifecycle asks the registry, never ``if target == ...``.
 """
@@ -24,7 +25,7 @@ def names() -> list[str]:
 def _load() -> None:
     # the built-in targets register on import; imported here, not at the top, so that the registry module
     # itself stays importable without docker-py (the CLI lists targets in its help)
-    from k3lab.launch.targets import lab, sim  # noqa: F401
+    from k3lab.launch.targets import k8s, lab, sim  # noqa: F401
 
 
 __all__ = ["DockerTarget", "REGISTRY", "Target", "get", "names", "register"]

@@ -24,12 +24,39 @@ def test_probe_output_with_nothing_installed():
 
 
 @pytest.mark.parametrize("actual, expected, ok", [
-    ("0.23.0", "0.23.0", True), ("0.23.0.post1", "0.23.0", True), ("0.23.0+ascend", "0.23.0", True),
-    ("0.23.1", "0.23.0", False), ("0.23.0rc1", "0.23.0", False), ("0.30.0rc2", "0.30.0", False),
-    ("1.3.0", "1.3", True), (None, "0.23.0", False), ("anything", "any", True), ("8.3.RC1", "8.3.RC1", True),
+    ("0.23.0", "0.23.0", True), ("0.23.1", "0.23.0", False), ("0.23.0rc1", "0.23.0", False),
+    ("0.30.0rc2", "0.30.0", False), ("1.3.0", "1.3", True), (None, "0.23.0", False), ("anything", "any", True),
+    ("8.3.RC1", "8.3.RC1", True), ("8.3.rc1", "8.3.RC1", True),  # PEP 440 normalised: the same version
+    # a pin is exact (#35): a patch build, a local fork or another epoch is not the guide's version
+    ("0.23.0.post1", "0.23.0", False), ("0.23.0+ascend", "0.23.0", False), ("1!0.23.0", "0.23.0", False),
+    ("0.23.0.dev1", "0.23.0", False), ("0.23.0-fork", "0.23.0", False), ("0.23.0.1", "0.23.0", False),
+    ("25.2.0-custom", "25.2.0-custom", True), ("25.2.0-custom", "25.2.0", False),  # not PEP 440: exact string
+    # a declared range is a specifier set
+    ("0.23.0.post1", ">=0.23.0,<0.24", True), ("0.23.5", ">=0.23,<0.24", True), ("0.24.0", ">=0.23,<0.24", False),
+    ("0.23.0rc1", ">=0.23,<0.24", False), ("0.23.0.post1", "==0.23.0.*", True), ("0.23.1", "==0.23.0.*", False),
+    ("0.23.0.post2", "~=0.23.0", True), ("8.3.RC1x", ">=8", False),  # not a version: outside every range
 ])
 def test_version_matching(actual, expected, ok):
     assert versions.matches(actual, expected) is ok
+
+
+@pytest.mark.parametrize("expect", [">=0.23,<", "=>0.23", "==", "~=1"])
+def test_a_range_that_is_no_specifier_set_is_refused(expect):
+    from k3lab.model import policy
+
+    with pytest.raises(policy.PolicyError, match="expect"):
+        policy.parse(f"defaults:\n  versions:\n    - {{component: vllm, expect: '{expect}'}}\n")
+
+
+def test_probe_names_nodes_without_a_container_as_unanswered(tmp_path):
+    from types import SimpleNamespace
+
+    out = (FIX / "probe-a3-lab.txt").read_text()
+    nodes = [SimpleNamespace(name="node0"), SimpleNamespace(name="node1")]
+    run = SimpleNamespace(dir=tmp_path, backend=_Backend({"node0": out}),
+                          plan=SimpleNamespace(nodes=nodes, seed="seeds/000_d4c4fad20ac2ebd8.txt (Kimi-K3)"))
+    doc = versions.probe(run)
+    assert list(doc["nodes"]) == ["node0"] and "node1" in doc["unanswered"]
 
 
 def test_summary_flags_mixed_versions():

@@ -33,7 +33,8 @@ scenarios:
     assert a3.level("perf.x", "perf", "")[0] == "block" and other.level("perf.x", "perf", "")[0] == "warn"
     # the longest matching glob wins
     assert a3.level("security.test_api_key_enforced", "security", "MUST")[0] == "block"
-    assert a3.level("security.other", "security", "MUST")[0] == "warn"
+    assert a3.stated_level("security.other", "security", "MUST")[0] == "warn"
+    assert a3.level("security.other", "security", "MUST")[0] == "block"  # a MUST check waive_must does not name
     assert (a3.threshold, other.threshold) == (0.95, 0.9)
 
 
@@ -138,7 +139,8 @@ FIXTURE_RUNS = sorted((Path(__file__).resolve().parents[3] / "fixtures" / "relea
 def test_a_lab_policy_states_only_its_differences(tmp_path):
     """#37: a --policy file extends the default; a file that names one check keeps every default rule."""
     lab = tmp_path / "lab.yaml"
-    lab.write_text("schema: 1\ndefaults: {checks: {'security.*': warn}}\n")
+    lab.write_text("schema: 1\ndefaults: {checks: {'security.*': warn}, waive_must: [{check: security.test_api_key_enforced, "
+                   "reason: closed network}]}\n")
     default, eff = policy.load().for_scenario("a3_pd_pooled"), policy.load(lab).for_scenario("a3_pd_pooled")
     assert eff.not_applicable == default.not_applicable and eff.accepted == default.accepted
     assert {r.component for r in eff.versions} == {r.component for r in default.versions}
@@ -149,7 +151,8 @@ def test_a_lab_policy_states_only_its_differences(tmp_path):
     rule = next(r for r in policy.load(lab).for_scenario("a3_pd_pooled").versions if r.component == "memcache_hybrid")
     assert (rule.expect, rule.level) == ("any", "warn")
     # extends: none is the old meaning: the file alone over the built-in must: block, other: warn
-    lab.write_text("schema: 1\nextends: none\ndefaults: {checks: {'security.*': warn}}\n")
+    lab.write_text("schema: 1\nextends: none\ndefaults: {checks: {'security.*': warn}, waive_must: [{check: "
+                   "security.test_api_key_enforced, reason: closed network}]}\n")
     alone = policy.load(lab).for_scenario("a3_pd_pooled")
     assert alone.not_applicable == [] and alone.accepted == []
 
@@ -253,3 +256,40 @@ def test_a_regex_rule_is_still_read_and_named_deprecated(capsys, tmp_path):
                        ("defaults: {not_applicable: [{id: singel-node}]}\n", "did you mean 'single-node'?")]:
         with pytest.raises(PolicyError, match=hint):
             parse(text, "na.yaml")
+
+
+NPU_MUST = ["npu.test_npu_smi_devices_healthy"]
+
+
+@pytest.mark.parametrize("text", [
+    "defaults: {must: ignore, other: ignore}\n",       # every check and every MUST ignored (#35)
+    "defaults: {checks: {'*': ignore}}\n",
+    "defaults: {areas: {npu: warn}}\n",
+    "scenarios: {a3_pd: {checks: {'npu.*': warn}}}\n",
+])
+def test_policy_check_refuses_a_downgrade_of_must_checks_it_does_not_name(tmp_path, capsys, text):
+    from k3lab.cli.main import main
+
+    f = tmp_path / "lab.yaml"
+    f.write_text("schema: 1\n" + text)
+    assert main(["policy", "--check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "waive_must" in err and "MUST check(s) not block" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_waiver_names_each_must_check_with_a_reason(tmp_path, capsys):
+    from k3lab.cli.main import main
+    from k3lab.model import checks
+
+    npu = [c.id for c in checks.suite_checks() if c.area == "npu" and "MUST" in c.must]
+    f = tmp_path / "lab.yaml"
+    f.write_text("schema: 1\ndefaults:\n  checks: {'npu.*': warn}\n  waive_must:\n"
+                 + "".join(f"    - {{check: {cid}, reason: no health alarms on this rack}}\n" for cid in npu))
+    assert main(["policy", "--check", str(f)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    for bad, says in [("{check: 'npu.*', reason: x}", "never a glob"), ("{check: npu.test_npu_smi_devices_healthy}", "reason"),
+                      ("{check: npu.test_npu_smi_devices_healthy, reason: ' '}", "reason in words")]:
+        f.write_text(f"schema: 1\ndefaults: {{waive_must: [{bad}]}}\n")
+        assert main(["policy", "--check", str(f)]) == 2
+        assert says in capsys.readouterr().err

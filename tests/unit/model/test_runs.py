@@ -60,6 +60,14 @@ def test_results_rows_are_checked(tmp_path):
         runs.results(_write(tmp_path, {"schema": 1, "tests": [{**row, "duration": -0.5}]}, runs.RESULTS))
 
 
+def test_two_rows_for_one_check_are_refused(tmp_path):
+    """#35: a failed and a passed row for the same check; the plugin writes one row per node id."""
+    row = {"nodeid": "t.py::x[node1]", "outcome": "passed", "duration": 0.1}
+    doc = {"schema": 1, "tests": [{**row, "outcome": "failed"}, {"nodeid": "t.py::y", "outcome": "passed"}, row]}
+    with pytest.raises(InputError, match=r"field tests: .*t.py::x\[node1\].* 2 rows \(failed, passed\)"):
+        runs.results(_write(tmp_path, doc, runs.RESULTS))
+
+
 def test_a_release_is_checked(tmp_path):
     doc = {"schema": 1, "kind": "k3lab-release", "overall": "PASS", "scenarios": [
         {"scenario": "a3_pd", "verdict": "PASS", "items": []}]}

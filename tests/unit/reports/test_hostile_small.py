@@ -34,7 +34,7 @@ def test_release_junit_stays_valid_xml_with_control_characters():
 
 def test_printable_never_lets_a_control_or_bidi_character_through():
     out = errors.printable(HOSTILE + "\ttab\nline")
-    assert out.startswith("red ALARM nul\\x00") and "\ttab\nline" in out
+    assert out.startswith("red \\x1b[31mALARM\\x1b[0m nul\\x00") and "\ttab\nline" in out  # shown, not run
     assert not any(0x80 <= ord(c) <= 0x9f or ord(c) < 0x20 and c not in "\t\n" or c in "\u202e\x7f" for c in out)
 
 

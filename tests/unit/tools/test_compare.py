@@ -66,6 +66,44 @@ def test_an_injected_failure_is_exactly_the_regression(tmp_path, capsys):
     assert "no regression" in capsys.readouterr().out
 
 
+SEC = "conformance/test_service.py::test_api_key_enforced[node0:8000]"
+
+
+def _add_row(run: Path, nodeid: str, first: bool = True, **row) -> None:
+    """A second row for ``nodeid`` (before its first when ``first``), as a hand-merged results file has."""
+    path = run / "conformance-results.json"
+    doc = json.loads(path.read_text())
+    [t] = [t for t in doc["tests"] if t["nodeid"] == nodeid]
+    doc["tests"].insert(doc["tests"].index(t) + (0 if first else 1), {**t, **row})
+    path.write_text(json.dumps(doc))
+
+
+def test_a_results_file_with_two_rows_for_one_check_is_refused(tmp_path, capsys):
+    """#35: A already fails on one check; B adds a failed row before the passed one of another: compare
+    kept the passed row and said no regression. Such a file is refused (exit 2, one line)."""
+    good, bad = _copy(tmp_path, "good"), _copy(tmp_path, "bad")
+    for run in (good, bad):
+        _edit_test(run, SEC, outcome="failed", message="401 not enforced")
+    _add_row(bad, NPU, outcome="failed", message="node1: Device 3 Health Status: Alarm")
+    assert main(["compare", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert NPU in err and "2 rows" in err and "Traceback" not in err, err
+
+
+def test_duplicate_items_in_a_release_count_as_the_worst(tmp_path):
+    good, bad = _copy(tmp_path, "good"), _copy(tmp_path, "bad")
+    for run in (good, bad):
+        _edit_test(run, SEC, outcome="failed", message="401 not enforced")
+    a, b = _release(tmp_path, "a", good), _release(tmp_path, "b", bad)
+    doc = json.loads((b / "release.json").read_text())
+    items = doc["scenarios"][0]["items"]
+    [npu] = [i for i in items if i["key"] == NPU]
+    items.insert(items.index(npu), {**npu, "status": "fail", "message": "Alarm"})  # before the passed one
+    (b / "release.json").write_text(json.dumps(doc))
+    got = compare.compare(compare._side(a, POLICY), compare._side(b, POLICY), POLICY)
+    assert got["regression"] and [f["key"] for f in got["scenarios"][0]["new_failures"]] == [NPU]
+
+
 def test_releases_versions_and_expected_values(tmp_path, capsys):
     good, cand = _copy(tmp_path, "good"), _copy(tmp_path, "cand")
     vers = json.loads((cand / "versions.json").read_text())
