@@ -12,9 +12,9 @@ non-empty directory), runs ``report``, ``compare``, ``triage``, ``baseline recor
   and encode as UTF-8 strictly, as a terminal's do;
 * each example ends within a bound (the deadline).
 
-Derandomized in CI (tests/unit/conftest.py); ``HYPOTHESIS_PROFILE=explore`` hunts for new cases. Classes of
-input that still fail for reasons outside text hygiene are kept out of the property and each proved failing
-by its own xfail test below (TODO(#35 item 1/3)), so the property stays green and honest.
+Derandomized in CI (tests/unit/conftest.py); ``HYPOTHESIS_PROFILE=explore`` hunts for new cases. The two
+classes once kept out as strict xfails (#35 item 1: artefacts symlinked out of the run were read, release
+--out an existing file was exit 4) are in the property now, and their own tests below pass.
 """
 from __future__ import annotations
 
@@ -87,11 +87,10 @@ json_field = st.tuples(st.just("json"), st.sampled_from(FIELDS), hostile_value, 
 raw_file = st.tuples(st.just("raw"), st.sampled_from(FILES + ("gate-failure.json", "preflight.json")),
                      st.sampled_from([b"", b"{", b"\xff\xfe\x00", b"[]", b"null", b"NaN", b"[" * 5000, b'{"a": 1e999}',
                                       b'"\\udc80\\u001b[31m"', b'{"schema": 1, "tests": "x"}']))
-# TODO(#35 item 1): a run's top-level artefact that is a symlink out of the run is read through the link
-# (compare, triage, baseline read conformance-results.json & co. outside the run): the readers' class, kept
-# out of the property and proved by test_known_a_top_level_artefact_symlinked_out_of_the_run_is_read below
+# a run's artefacts symlinked out of the run (#35 item 1: refused, naming the link, since runs.read_doc/within)
 SYMLINKED_ARTEFACTS = FILES + ("evidence/bench/perf-result.json", "preflight.json", "gate-failure.json", "junit.xml")
-symlink_out = st.tuples(st.just("symlink"), st.sampled_from(("evidence/node0/leak.log", "evidence/node1")))
+symlink_out = st.tuples(st.just("symlink"), st.sampled_from(("evidence/node0/leak.log", "evidence/node1",
+                                                             *SYMLINKED_ARTEFACTS)))
 log_names = st.one_of(st.sampled_from([b"bad\xff.log", b"esc\x1b[31m.log", b"new\nline.log", b"rtl\xe2\x80\xae.log",
                                        b"engine.log", b"sp ace.log", b"x" * 200 + b".log"]),
                       st.binary(min_size=1, max_size=12).filter(lambda b: b"/" not in b and b"\x00" not in b
@@ -134,8 +133,6 @@ policy = st.one_of(st.none(), st.tuples(st.just("doc"), policy_doc),
                    st.tuples(st.just("raw"), st.sampled_from([b"\xff\xfe", b"!!python/object/apply:os.system ['true']",
                                                               b"[" * 10_000, b"a: &a [*a]", b"schema: 1\n" * 2])),
                    st.tuples(st.just("path"), st.sampled_from(["dir", "symlink", "missing"])))
-# TODO(#35 item 1): release --out naming an existing file is exit 4 (FileExistsError), kept out of release's
-# property and proved by test_known_release_out_an_existing_file_is_an_internal_error below
 out_path = st.sampled_from(["new", "exists", "exists-force", "symlink", "symlink-force", "proc", "nonempty-dir",
                             "missing-parent", "esc-name", "surrogate-name"])
 
@@ -393,7 +390,7 @@ def test_baseline_record_answers_any_run_directory(muts, out):
 
 
 @examples(5)
-@given(out=out_path.filter(lambda o: o != "exists"),
+@given(out=out_path,
        pol=st.one_of(st.none(), st.tuples(st.just("path"), st.just("symlink")), policy))
 def test_release_static_only_answers_any_output_path(out, pol):
     with _world() as tmp:
@@ -402,12 +399,11 @@ def test_release_static_only_answers_any_output_path(out, pol):
         _run_cli(w, argv + w.out_file(out, "release"), [w.out])
 
 
-# ------------------------------------------------------------------------- known failures, outside text hygiene
+# ------------------------------------------------------------------------- once known failures (#35 item 1)
 
 
-@pytest.mark.xfail(strict=True, reason="TODO(#35 item 1): readers follow a run artefact's symlink out of the run")
 @pytest.mark.parametrize("command", ["compare", "triage", "baseline"])
-def test_known_a_top_level_artefact_symlinked_out_of_the_run_is_read(command):
+def test_a_top_level_artefact_symlinked_out_of_the_run_is_not_read(command):  # was a strict xfail (#35 item 1)
     with _world() as tmp:
         w = World(Path(tmp))
         w.lab_perf()
@@ -417,8 +413,7 @@ def test_known_a_top_level_artefact_symlinked_out_of_the_run_is_read(command):
         _run_cli(w, argv, [w.out])
 
 
-@pytest.mark.xfail(strict=True, reason="TODO(#35 item 1): release --out an existing file crashes (exit 4)")
-def test_known_release_out_an_existing_file_is_an_internal_error():
+def test_release_out_an_existing_file_is_exit_2():  # was exit 4, a strict xfail (#35 item 1)
     with _world() as tmp:
         w = World(Path(tmp))
         _run_cli(w, ["release", "--static-only", "-s", "a3_pd", "-q", *w.out_file("exists", "release")], [w.out])
