@@ -26,6 +26,8 @@ ELSEWHERE = {
     "k3lab cycle a3_pd_1m -i lab.yaml --pull missing": "tests/unit/launch/test_labpreflight.py (pull policy); labemu",
     "k3lab check a3_pd_1m -i lab.yaml [-- PYTEST ARGS]": "tests/integration/test_lifecycle.py (attach mode)",
     "k3lab labemu up --scenario a3_pd_1m --out lab.yaml": "tests/integration/test_labemu.py; nox -s lab_a3_pd_1m",
+    "k3lab labemu up --scenario k3_a3_mixed --weights /mnt/weights --out lab.yaml":
+        "tests/integration/test_labemu_weights.py (emulated lab, root: weights outside /root/.cache, cycle green)",
     "k3lab labemu status": "tests/integration/test_labemu.py",
     "k3lab labemu down": "tests/integration/test_labemu.py; nox -s lab_a3_pd_1m",
     "k3lab labemu repair": "the fault matrix's H-* rows (k3lab/tools/faults.py, root): break one host, repair it",
