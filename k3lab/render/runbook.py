@@ -210,20 +210,23 @@ def _node_steps(node: NodePlan) -> _NodeSteps:
 
 
 def manual_check(gate: Gate, log_of: dict[str, str], docker_of: dict[str, str]) -> str:
-    """The command an operator runs to see whether ``gate`` passes, as the kit's probe decides it."""
+    """The command an operator runs to see whether ``gate`` passes, as the kit's probe decides it.
+
+    Each probe ends by itself (``--max-time``, ``timeout``): a node that accepts and never answers must not
+    hang the operator's loop, as the kit's own probes have deadlines."""
     if gate.kind == "tcp":  # curl cannot test a bare port; bash can, on any node
         host, port = gate.target.rsplit(":", 1)
         return f"timeout 2 bash -c '</dev/tcp/{host}/{port}' && echo open"
     if gate.kind == "http":
-        return f"curl -sS -o /dev/null -w '%{{http_code}}\\n' {shlex.quote(gate.target)}   # 200"
+        return f"curl -sS --max-time 5 -o /dev/null -w '%{{http_code}}\\n' {shlex.quote(gate.target)}   # 200"
     if gate.kind == "log":
         log = log_of.get(gate.process or "", "")
         return f"{docker_of[gate.node]} grep -F {shlex.quote(gate.target)} {shlex.quote(log)}"
     if gate.kind == "metaservice_capacity":
-        return (f"curl -sS {shlex.quote(gate.target)} | grep '^memcache_total_capacity_bytes.*dram'"
+        return (f"curl -sS --max-time 5 {shlex.quote(gate.target)} | grep '^memcache_total_capacity_bytes.*dram'"
                 f"   # sums to {gate.expect}")
     want = ", ".join(f'"{role}_instances": {n}' for role, n in (gate.instances or {}).items())
-    return f"curl -sS {shlex.quote(gate.target)}   # \"status\": \"ok\", {want}"
+    return f"curl -sS --max-time 5 {shlex.quote(gate.target)}   # \"status\": \"ok\", {want}"
 
 
 def start_command(proc: Process, node: NodePlan) -> str:

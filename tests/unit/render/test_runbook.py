@@ -80,7 +80,7 @@ def test_gate_checks_are_commands_an_operator_types():
     logs = {p.id: p.log for p in plan.processes()}
     checks = {g.kind: runbook.manual_check(g, logs, _docker_of(plan)) for s in plan.stages for g in s.gates}
     assert checks["tcp"].startswith("timeout 2 bash -c '</dev/tcp/")
-    assert re.match(r"curl -sS -o /dev/null -w '%\{http_code\}\\n' http://", checks["http"])
+    assert re.match(r"curl -sS --max-time 5 -o /dev/null -w '%\{http_code\}\\n' http://", checks["http"])
     assert "grep -F 'Successfully initialized memcache.' /root/k3lab/logs/provider.log" in checks["log"]
     assert "memcache_total_capacity_bytes" in checks["metaservice_capacity"]
     assert '"decode_instances": ' in checks["proxy_instances"]
