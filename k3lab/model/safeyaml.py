@@ -15,8 +15,10 @@ import functools
 import json
 import os
 import re
+import selectors
 import stat
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -104,10 +106,34 @@ def _loader(lines: Lines, source: str):
     return Loader
 
 
+STDIN_DEADLINE_S = 30.0  # an inventory is a small file: a pipe still open after this is a writer that never ends
+
+
 @functools.cache
-def _stdin_bytes(max_bytes: int) -> bytes:
-    # read once per process: a command may load its inventory more than once (preflight, render)
-    return sys.stdin.buffer.read(max_bytes + 1)  # never past the cap, as a file
+def _stdin_bytes(max_bytes: int, deadline_s: float = STDIN_DEADLINE_S) -> bytes:
+    # read once per process: a command may load its inventory more than once (preflight, render).
+    # Every wait has a deadline: a pipe whose writer never closes it (`tail -f lab.yaml | k3lab ...`)
+    # is refused after deadline_s instead of hanging; never past the cap, as a file.
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream ends by itself
+        return sys.stdin.buffer.read(max_bytes + 1)
+    chunks: list[bytes] = []
+    size = 0
+    end = time.monotonic() + deadline_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while size <= max_bytes:
+            left = end - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                raise InputError(f"{STDIN_NAME}: standard input did not end within {deadline_s:g} s; "
+                                 f"pipe a whole file in, as in: -i - < lab.yaml")
+            chunk = os.read(fd, min(65536, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
 
 
 def read_stdin(what: str, max_bytes: int = MAX_BYTES) -> str:

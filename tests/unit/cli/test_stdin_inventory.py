@@ -89,3 +89,18 @@ def test_a_terminal_is_refused(monkeypatch):
 def test_release_refuses_stdin():
     with pytest.raises(errors.UsageError, match="a release reads each inventory in its cycles"):
         release._inventories(["k3_a3_mixed=-"])
+
+
+def test_a_pipe_that_never_ends_is_refused_by_its_deadline(monkeypatch):
+    """`tail -f lab.yaml | k3lab preflight -i -`: the writer never closes the pipe; the read has a deadline."""
+    r, w = os.pipe()
+    os.write(w, b"nodes: []\n")
+    safeyaml._stdin_bytes.cache_clear()
+    monkeypatch.setattr(sys, "stdin", open(r, closefd=True))  # noqa: SIM115 - closed by monkeypatch's undo below
+    try:
+        with pytest.raises(errors.InputError, match=r"did not end within 0\.2 s"):
+            safeyaml._stdin_bytes(safeyaml.MAX_BYTES, 0.2)
+    finally:
+        safeyaml._stdin_bytes.cache_clear()
+        sys.stdin.close()
+        os.close(w)
