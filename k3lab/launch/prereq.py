@@ -132,11 +132,16 @@ def for_target(command: str, scenario: str, target: str | None, inventory: str |
     from k3lab.model import select, targetkinds
 
     select.scenario_id(scenario)  # a bad scenario is bad input (exit 2) before a missing engine (exit 3)
-    kind = targetkinds.kind(select.target(scenario, target, inventory))
+    name = select.target(scenario, target, inventory)
+    kind = targetkinds.kind(name)
     if kind.live is not None:  # a render-only target: refused before anything is created
         raise UsageError(f"{command}: {kind.live}")
     if kind.simulated:
         require(command, sim_extra, *([docker_engine] if inventory is None else []))
+        return
+    from k3lab.launch import targets  # a target's own needs (k8s: its client, a kubeconfig, an API that answers)
+
+    require(command, *targets.get(name).prerequisites(scenario, inventory))
 
 
 def for_endpoints(command: str, endpoints: Iterable[str]) -> None:
