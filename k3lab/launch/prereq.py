@@ -126,9 +126,10 @@ def root() -> str | None:
     return None if os.geteuid() == 0 else "root (network namespaces, a bridge, engines): run it with sudo"
 
 
-def for_target(command: str, scenario: str, target: str | None, inventory: str | None) -> None:
+def for_target(command: str, scenario: str, target: str | None, inventory: str | None) -> str:
     """A bring-up's prerequisites: on the sim target the [sim] extra, and the local engine when no
-    inventory names the nodes' engine; a lab's engines are its nodes', which its host stage names."""
+    inventory names the nodes' engine; a lab's engines are its nodes', which its host stage names. The
+    target's name: the caller then checks what the target itself asks (``Target.prerequisites``)."""
     from k3lab.model import select, targetkinds
 
     select.scenario_id(scenario)  # a bad scenario is bad input (exit 2) before a missing engine (exit 3)
@@ -138,10 +139,7 @@ def for_target(command: str, scenario: str, target: str | None, inventory: str |
         raise UsageError(f"{command}: {kind.live}")
     if kind.simulated:
         require(command, sim_extra, *([docker_engine] if inventory is None else []))
-        return
-    from k3lab.launch import targets  # a target's own needs (k8s: its client, a kubeconfig, an API that answers)
-
-    require(command, *targets.get(name).prerequisites(scenario, inventory))
+    return name
 
 
 def for_endpoints(command: str, endpoints: Iterable[str]) -> None:

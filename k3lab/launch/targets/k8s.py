@@ -99,7 +99,8 @@ class K8sTarget(Target):
         """Every object the render made, sent with ``dryRun=All`` and strict field validation: the API server
         answers as it would to the real create, and stores nothing."""
         import yaml
-        from kubernetes.client.exceptions import ApiException
+
+        from k3lab.launch.targets.k8sapi import ApiException
 
         self.objects = [o for text in manifests.values() for o in yaml.safe_load_all(text) if o]
         refused = []

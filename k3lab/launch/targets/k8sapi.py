@@ -20,6 +20,7 @@ from kubernetes.stream import stream
 
 from k3lab.launch.endpoints import CommandResult, HostUnreachable, reason
 
+__all__ = ["ApiException", "ApiUnreachable", "Cluster", "Ref"]
 T = TypeVar("T")
 RUN_LABEL = "k3lab.run"  # the label every object of a run carries (the render's, the containers' on sim/lab)
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")  # group, version, plural
