@@ -99,6 +99,12 @@ class Target(ABC):
         return {}
 
     @classmethod
+    def hosts_from_state(cls, state: RunState) -> dict[str, Any] | None:
+        """The suite's hosts (node -> NodeHost-shaped) of a recorded run; None: each node's container on its
+        Docker endpoint (:func:`k3lab.launch.endpoints.hosts_from_state`)."""
+        return None
+
+    @classmethod
     def down_recorded(cls, state: RunState) -> dict[str, str] | None:
         """``k3lab down RUN`` / ``--all`` for a recorded run of this target, without its Run: the places not
         reached. None: the Docker sweep of the run's endpoints removes it."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from k3lab import settings
 from k3lab.errors import ChecksFailed, UsageError
-from k3lab.launch.endpoints import CommandResult
+from k3lab.launch.endpoints import ClientPool, CommandResult, NodeHost
 from k3lab.launch.pipeline import Phase
 from k3lab.launch.scope import RunScope
 from k3lab.launch.targets.base import Files, Target
@@ -266,21 +266,57 @@ class K8sTarget(Target):
         return self.left
 
     @classmethod
+    def hosts_from_state(cls, state: RunState) -> dict[str, Any]:
+        """The suite's hosts: each node's (engine) pod, its commands through the exec subresource."""
+        cluster = _recorded_cluster(state)
+        return {node: PodHost(node, cluster.server, pods.split(",")[0], ClientPool(), cluster=cluster)
+                for node, pods in state.containers.items() if pods}
+
+    @classmethod
     def down_recorded(cls, state: RunState) -> dict[str, str] | None:
         """``k3lab down RUN`` and ``--all``: the objects labelled with the recorded run, from the recorded
         context and namespace."""
-        from k3lab.launch.targets.k8sapi import ApiUnreachable, Cluster
+        from k3lab.launch.targets.k8sapi import ApiUnreachable
 
-        where = (state.model_extra or {}).get("k8s") or {}
-        if not isinstance(where, dict) or not where.get("context") or not where.get("namespace"):
-            raise UsageError(f"run {state.run}: its run-state names no k8s context and namespace")
-        cluster = Cluster(settings.current().kubeconfig, str(where["context"]), str(where["namespace"]),
-                          settings.current().answer_timeout_s)
+        cluster = _recorded_cluster(state)
         try:
             cluster.delete_run(state.run, settings.current().teardown_deadline_s)
         except (ApiUnreachable, TimeoutError):
             return {"k8s": cluster.server}
         return {}
+
+
+def _recorded_cluster(state: RunState) -> Cluster:
+    from k3lab.launch.targets.k8sapi import Cluster
+
+    where = (state.model_extra or {}).get("k8s") or {}
+    if not isinstance(where, dict) or not where.get("context") or not where.get("namespace"):
+        raise UsageError(f"run {state.run}: its run-state names no k8s context and namespace")
+    return Cluster(settings.current().kubeconfig, str(where["context"]), str(where["namespace"]),
+                   settings.current().answer_timeout_s)
+
+
+@dataclass
+class PodHost(NodeHost):
+    """A node as the suite's checks see it on the k8s target: its pod, reached through the exec subresource
+    (``container`` is the pod's name, ``endpoint`` the API server)."""
+
+    cluster: Any = None
+
+    def exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None,
+             timeout: int | None = None) -> CommandResult:
+        from k3lab.launch.targets.k8sapi import ApiException, ApiUnreachable
+
+        self.round_trips += 1
+        if workdir:  # exec has no working directory of its own
+            argv = ["sh", "-c", 'cd -- "$0" && exec "$@"', workdir, *argv]
+        try:
+            return self.cluster.exec(self.container, argv, self.name, env, timeout or self.timeout)
+        except ApiUnreachable as exc:
+            raise AssertionError(f"{self.name}: {exc}") from None
+        except ApiException as exc:
+            raise AssertionError(f"{self.name}: exec in pod {self.container} refused: {exc.status} "
+                                 f"{_message(exc)}") from None
 
 
 def _message(exc: Any) -> str:

@@ -179,3 +179,26 @@ def _manifests(run: str) -> dict[str, str]:
     from k3lab.render import artefacts
 
     return artefacts.build(SCENARIO, k8s_inventory(SCENARIO), {}, "k8s", run_label=run).manifests
+
+
+def test_the_suite_reaches_each_node_through_its_pod(cluster, inventory, gates):
+    """conformance/conftest.py's ``hosts`` on a k8s run: the recorded pods, commands through exec."""
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s")
+    hosts = K8sTarget.hosts_from_state(runs.run_state(run.dir))
+    assert hosts["node1"].run("echo %s", "a b").stdout == "a b\n"
+    assert hosts["node1"].exec(["pwd"], workdir="/tmp").stdout == "/tmp\n"
+    assert cluster.execs[-1][0] == "k3lab-k3-a3-mixed-mixed-0-1"
+    del cluster.objects[("pods", "k3lab-k3-a3-mixed-mixed-0-1")]
+    with pytest.raises(AssertionError, match="node1 .*exec in pod k3lab-k3-a3-mixed-mixed-0-1 refused: 404"):
+        hosts["node1"].run("true")
+    lifecycle.down(run)
+
+
+def test_down_all_finds_recorded_k8s_runs(cluster, inventory, gates, monkeypatch):
+    monkeypatch.setattr(lifecycle, "remove_by_label", lambda client, run: [])  # no local engine here
+    monkeypatch.setattr(lifecycle, "local_client", lambda: None)
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    assert lifecycle.down_all() == 0
+    assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
