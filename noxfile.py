@@ -30,12 +30,12 @@ MAX_COMPLEXITY = 15  # per function (radon's cyclomatic complexity), in nox -s l
 
 LOCK = "requirements/ci.lock"  # pinned from PyPI for Python 3.11 (nox -s lock regenerates it)
 # what the lock is compiled from: the kit's dependencies with these extras, and the CI tools
-LOCK_EXTRAS = ("sim", "test", "docs")
+LOCK_EXTRAS = ("sim", "test", "docs", "k8s")
 LOCK_TOOLS = "requirements/tools.in"
 LINT_TOOLS = ("ruff", "mypy", "types-PyYAML", "types-requests", "types-paramiko", "radon")
 
 
-def install(session: nox.Session, *packages: str, extras: str = "sim,test") -> None:
+def install(session: nox.Session, *packages: str, extras: str = "sim,test,k8s") -> None:
     """The kit (editable, with ``extras``) and ``packages``, every version as the lock pins it."""
     session.install("-c", LOCK, "-e", f".[{extras}]", *packages)
 
@@ -154,7 +154,7 @@ def wheel(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs.yml, docs/) into build/site, warnings as errors; then the tests that run
     or parse every command the README and the docs show (no Docker)."""
-    install(session, extras="sim,test,docs")
+    install(session, extras="sim,test,docs,k8s")
     session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", "build/site")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_docs.py", "tests/unit/test_readme.py",
                 "tests/unit/cli/test_newcomer.py", *session.posargs)
@@ -176,7 +176,7 @@ def lock(session: nox.Session) -> None:
 def tests_latest(session: nox.Session) -> None:
     """The non-Docker tests on the newest versions pyproject.toml allows (no lock), and which of them are newer
     than the lock: what an upgrade of the lock would change. Arguments after ``--`` replace pytest's."""
-    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[sim,test]")
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[sim,test,k8s]")
     freeze = session.run("python", "-m", "pip", "freeze", "--exclude-editable", silent=True)
     newer = newer_than_lock(str(freeze), Path(LOCK).read_text())
     session.log("newer than requirements/ci.lock: " + (", ".join(newer) or "none"))

@@ -123,9 +123,11 @@ def client_pool(state):
 def hosts(state, client_pool):
     """Per node: its container on its own endpoint from run-state.json (the same container name can
     exist on every lab node). ``hosts[n].run(cmd)`` returns rc/stdout/stderr like testinfra."""
+    from k3lab.launch import targets
     from k3lab.launch.endpoints import hosts_from_state
 
-    return hosts_from_state(state, client_pool)
+    own = targets.get(state.target).hosts_from_state(state) if state.target else None  # k8s: pods, through its API
+    return own if own is not None else hosts_from_state(state, client_pool)
 
 
 @pytest.fixture(scope="session")

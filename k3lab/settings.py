@@ -102,6 +102,8 @@ SETTINGS: tuple[Setting, ...] = (
             "tracebacks of internal errors (exit 4)", "operators"),
     Setting("DOCKER_HOST", "docker_host", _text, _none, "unset", "URL",
             "the kit host's own engine, the simulator's (unset: the local socket)", "operators"),
+    Setting("KUBECONFIG", "kubeconfig", _path, lambda: Path.home() / ".kube" / "config", "~/.kube/config", "file",
+            "the k8s target's kubeconfig (one file; the inventory's k8s.context names the context)", "operators"),
     # deadlines of a lab run
     Setting("K3LAB_ANSWER_TIMEOUT", "answer_timeout_s", _seconds(0, True), lambda: 20.0, "20 s", "s",
             "SSH connect, banner, auth and channel open, and a host's first /_ping", "deadlines"),
@@ -151,6 +153,7 @@ class Settings:
     cache: Path
     log_dir: Path
     docker_host: str | None
+    kubeconfig: Path
     answer_timeout_s: float
     host_deadline_s: float
     teardown_deadline_s: float

@@ -217,6 +217,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     endpoints, ssh = _run_endpoints(run_id(args.run))
     path = settings.current().runs / args.run / runs.RUN_STATE
     state = runs.run_state(path.parent) if path.is_file() else None
+    if state is not None and _down_by_target(path, state):
+        return 0
     # a teardown that could not reach every host recorded the rest: finish those
     todo = dict(state.left) if state and state.left else endpoints
     prereq.for_endpoints("k3lab down", todo.values())
@@ -230,6 +232,24 @@ def cmd_down(args: argparse.Namespace) -> int:
         raise EnvError(f"run {args.run} is still on {describe_left(left)}: their endpoints did not answer; "
                        f"run 'k3lab down {args.run}' again once they do (the run-state remembers them)")
     return 0
+
+
+def _down_by_target(path: Path, state: runs.RunState) -> bool:
+    """A run of a target that removes its own (k8s: by the run label, in the recorded context): done here."""
+    if not state.target:
+        return False
+    from k3lab.launch import targets
+
+    missed = targets.get(state.target).down_recorded(state)
+    if missed is None:
+        return False
+    update = {"status": "down-incomplete" if missed else "down", "left": missed}
+    outputs.write_run_file(path, state.model_copy(update=update).model_dump_json(indent=2))
+    if missed:
+        raise EnvError(f"run {state.run} is still on {describe_left(missed)}: it did not answer; run "
+                       f"'k3lab down {state.run}' again once it does")
+    _log(f"run {state.run}: removed")
+    return True
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -46,10 +46,13 @@ def build(args: argparse.Namespace, target: str | None = None):
 
 
 def _needs_target(args: argparse.Namespace) -> None:
-    """up and cycle: the sim target's [sim] extra and engine."""
+    """up and cycle: the sim target's [sim] extra and engine, then what the target itself needs."""
     from k3lab.launch import prereq
 
-    prereq.for_target(f"k3lab {args.cmd}", args.scenario, args.target, args.inventory)
+    name = prereq.for_target(f"k3lab {args.cmd}", args.scenario, args.target, args.inventory)
+    from k3lab.launch import targets  # a target's own needs (k8s: its client, a kubeconfig, an API that answers)
+
+    prereq.require(f"k3lab {args.cmd}", *targets.get(name).prerequisites(args.scenario, args.inventory))
 
 
 def _needs_engine(args: argparse.Namespace) -> None:
@@ -269,7 +272,7 @@ def _strict_arg(p: argparse.ArgumentParser) -> None:
 def _target_arg(p: argparse.ArgumentParser, kubernetes: bool = True) -> None:
     p.add_argument("--target", choices=["sim", "lab", "k8s"] if kubernetes else ["sim", "lab"],
                    help="sim: every node a container on the local engine; lab: each node's own endpoint"
-                        + ("; k8s: Kubernetes manifests (render only; the inventory's k8s section)" if kubernetes
+                        + ("; k8s: Kubernetes pods through its API (the inventory's k8s section; the [k8s] extra)" if kubernetes
                            else "") + " (default: lab with --inventory, else sim)")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import requests
 
 from k3lab import formats, outputs, settings, waits
-from k3lab.errors import ChecksFailed, RunInterrupted, UsageError
+from k3lab.errors import ChecksFailed, EnvError, RunInterrupted, UsageError
 from k3lab.launch import findings, metrics, targets
 from k3lab.launch.backends import remove_by_label
 from k3lab.launch.endpoints import HTTP, describe, local_client
@@ -146,6 +146,9 @@ def alive_all(run: Run, procs: list[Process]) -> dict[str, bool]:
     """``alive`` for several processes: one exec per node, nodes in parallel (a round trip each on a lab)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    known = run.target.liveness(procs)  # k8s: the pods' phase and container states
+    if known is not None:
+        return known
     by_node: dict[str, list[Process]] = {}
     for p in procs:
         by_node.setdefault(p.node, []).append(p)
@@ -524,6 +527,8 @@ def collect(run: Run) -> None:
             for log, got in zip(logs, parts):
                 outputs.write_run_file(ndir / Path(log).name, apikey.redact(got[1] + got[2] if got else "(no answer)\n"))
             outputs.write_run_file(ndir / "open-sockets.txt", apikey.redact(parts[-1][1] if parts[-1] else "(no answer)\n"))
+            for name, text in run.target.evidence(node.name).items():
+                outputs.write_run_file(ndir / name, apikey.redact(text))
         except Exception as exc:  # evidence is best effort; teardown must still run
             outputs.write_run_file(ndir / "collect-error.txt", repr(exc))
 
@@ -570,9 +575,28 @@ def describe_left(left: dict[str, str]) -> str:
 
 
 def down_all() -> int:
-
+    """Every container of a k3lab run on the local engine, then every recorded run of a target that removes
+    its own (k8s: by the run label in the recorded context and namespace) and is not down yet."""
     count = len(remove_by_label(local_client(), None))
     _log(f"removed {count} container(s) of k3lab runs")
+    left: dict[str, str] = {}
+    for path in sorted(settings.current().runs.glob(f"*/{runs.RUN_STATE}")):
+        try:
+            state = runs.run_state(path.parent)
+        except (OSError, ValueError) as exc:
+            _log(f"{path}: skipped ({exc})")
+            continue
+        if state.status in ("down", "attached") or not state.target:
+            continue
+        missed = targets.get(state.target).down_recorded(state)
+        if missed is None:
+            continue  # the local sweep above removed it
+        outputs.write_run_file(path, state.model_copy(
+            update={"status": "down-incomplete" if missed else "down", "left": missed}).model_dump_json(indent=2))
+        _log(f"run {state.run}: " + (f"NOT removed from {describe_left(missed)}" if missed else "removed"))
+        left.update({f"{state.run}/{k}": v for k, v in missed.items()})
+    if left:
+        raise EnvError(f"runs still on {describe_left(left)}: 'k3lab down --all' again once they answer")
     return 0
 
 

@@ -126,17 +126,20 @@ def root() -> str | None:
     return None if os.geteuid() == 0 else "root (network namespaces, a bridge, engines): run it with sudo"
 
 
-def for_target(command: str, scenario: str, target: str | None, inventory: str | None) -> None:
+def for_target(command: str, scenario: str, target: str | None, inventory: str | None) -> str:
     """A bring-up's prerequisites: on the sim target the [sim] extra, and the local engine when no
-    inventory names the nodes' engine; a lab's engines are its nodes', which its host stage names."""
+    inventory names the nodes' engine; a lab's engines are its nodes', which its host stage names. The
+    target's name: the caller then checks what the target itself asks (``Target.prerequisites``)."""
     from k3lab.model import select, targetkinds
 
     select.scenario_id(scenario)  # a bad scenario is bad input (exit 2) before a missing engine (exit 3)
-    kind = targetkinds.kind(select.target(scenario, target, inventory))
+    name = select.target(scenario, target, inventory)
+    kind = targetkinds.kind(name)
     if kind.live is not None:  # a render-only target: refused before anything is created
         raise UsageError(f"{command}: {kind.live}")
     if kind.simulated:
         require(command, sim_extra, *([docker_engine] if inventory is None else []))
+    return name
 
 
 def for_endpoints(command: str, endpoints: Iterable[str]) -> None:

@@ -53,7 +53,7 @@ class RunState(_Artefact):
     run: str = ""
     status: str = ""
     scenario: str = ""
-    target: Literal["sim", "lab", ""] = ""
+    target: Literal["sim", "lab", "k8s", ""] = ""
     plan: str = ""
     run_dir: str = ""
     containers: dict[str, str] = Field(default_factory=dict)

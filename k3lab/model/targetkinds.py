@@ -61,16 +61,16 @@ K8S_DEVIATIONS = (
     ("k8s-weights", "the checkpoint directory is the inventory's k8s.weights volume (a PVC or a host path) "
      "instead of -v /root/.cache:/root/.cache", "pods mount volumes, not arbitrary host paths"),
 )
-K8S_LIVE = "the k8s target renders manifests only in this version; apply them with kubectl (RUNBOOK.md)"
 
 KINDS: dict[str, TargetKind] = {k.name: k for k in (
     TargetKind("sim", "the simulator", "the simulator", real_hosts=False, simulated=True, own_subnet=True, names_containers=True,
                needs_inventory=False, deviations=SIM_DEVIATIONS),
     TargetKind("lab", "a lab", "a lab (each node its own Docker endpoint)", real_hosts=True, simulated=False,
                own_subnet=False, names_containers=False, needs_inventory=True),
-    TargetKind("k8s", "Kubernetes", "Kubernetes (manifests for kubectl apply; pods with host networking on the "
-               "inventory's nodes)", real_hosts=True, simulated=False, own_subnet=False, names_containers=True,
-               needs_inventory=True, deviations=K8S_DEVIATIONS, manifests=True, live=K8S_LIVE),
+    TargetKind("k8s", "Kubernetes", "Kubernetes (pods with host networking on the inventory's nodes, created "
+               "through the API by k3lab up, or by kubectl apply from the manifests)", real_hosts=True,
+               simulated=False, own_subnet=False, names_containers=True, needs_inventory=True,
+               deviations=K8S_DEVIATIONS, manifests=True),
 )}
 
 DEFAULT = "sim"  # without --target and without an inventory

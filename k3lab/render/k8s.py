@@ -272,7 +272,11 @@ class _Manifests:
                                  f"--timeout={timeouts.get('heads', 0) + timeouts.get('workers', 0)}s")
         lines += ["```", "", "Then check the gates of the stages above that no probe covers (every engine's "
                   "`/health` and `/v1/models`, the proxy's instance counts) with their commands. To remove "
-                  "everything:", "", "```", f"{kc} delete -f k8s/", "```"]
+                  "everything:", "", "```", f"{kc} delete -f k8s/", "```", "",
+                  f"`k3lab up` / `k3lab cycle --target k8s -i INVENTORY` do the same through the Kubernetes API "
+                  f"(the `[k8s]` extra, context `{k.context}`): a server-side dry run of every object first, then "
+                  "the objects labelled with the run, the pods awaited Ready, the gates checked, and everything "
+                  "with the run's label deleted at the end (`k3lab down RUN` if it was kept)."]
         return "\n".join(lines) + "\n"
 
 

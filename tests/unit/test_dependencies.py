@@ -22,6 +22,9 @@ INTERNAL = set(KIT) | {"k3sim"}  # the simulator's package, run in its image (la
 TRANSITIVE = {"pydantic-core": "pydantic"}
 # used by option, not by import: the suite runs as 'pytest -n 2 --dist loadgroup'
 BY_OPTION = {"pytest-xdist"}
+# the k8s extra: the official client, imported by the one module that talks to the API server, with its own
+# transport (urllib3, a dependency of the client) whose errors that module names
+K8S_MODULE = "k3lab/launch/targets/k8sapi.py"
 
 
 def _norm(name: str) -> str:
@@ -64,9 +67,18 @@ def _imported_distributions() -> dict[str, str]:
 
 def test_what_the_kit_imports_is_a_runtime_dependency():
     deps = _runtime_dependencies()
+    k8s = _names(_project()["optional-dependencies"]["k8s"]) | {"urllib3"}
     missing = {d: where for d, where in _imported_distributions().items()
-               if d not in deps and TRANSITIVE.get(d) not in deps}
+               if d not in deps and TRANSITIVE.get(d) not in deps and not (d in k8s and where == K8S_MODULE)}
     assert missing == {}, f"imported by the kit but not in [project] dependencies: {missing}"
+
+
+def test_only_the_k8s_client_module_imports_the_k8s_extra():
+    """The kit loads without the k8s extra: the client is imported by one module, which only the k8s target
+    imports, and only when a run needs the cluster."""
+    imports = _imported_distributions()
+    assert imports.get("kubernetes") == K8S_MODULE
+    assert imports.get("urllib3", K8S_MODULE) == K8S_MODULE
 
 
 def test_the_suite_runner_is_a_runtime_dependency():

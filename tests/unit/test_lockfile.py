@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCK = {canonicalize_name(name): version for name, version in
         re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements" / "ci.lock").read_text(), re.M)}
-EXTRAS = ("sim", "test", "docs")
+EXTRAS = ("sim", "test", "docs", "k8s")
 # dependency -> the module that reaches into its internals (what its upper bound protects)
 PRIVATE = {"docker": "k3lab/launch/endpoints.py", "paramiko": "k3lab/launch/endpoints.py",
            "pytest-testinfra": "k3lab/launch/hoststage.py", "syrupy": "tests/golden_ext.py"}

@@ -1,8 +1,8 @@
 """The targets a run can be brought up on, one module each, behind one interface (:class:`Target`).
 
 ``sim`` (:mod:`.sim`): every node a container on the local engine. ``lab`` (:mod:`.lab`): every node its
-own Docker endpoint, with the lab's preflight, host stage and hardware stage. ``k8s`` (:mod:`.k8s`):
-registered, render-only in this version (its kind's ``live`` says so and ``k3lab up`` refuses). A new target
+own Docker endpoint, with the lab's preflight, host stage and hardware stage. ``k8s`` (:mod:`.k8s`): every
+node a pod of the rendered manifests, made and removed through the Kubernetes API (the ``k8s`` extra). A new target
 is one more module that subclasses :class:`~k3lab.launch.targets.base.Target` and registers itself;
 the lifecycle asks the registry, never ``if target == ...``.
 """

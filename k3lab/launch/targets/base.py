@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,10 +28,11 @@ from k3lab.launch.endpoints import (
     reason,
 )
 from k3lab.launch.scope import RunScope
-from k3lab.model.plan import NodePlan, Plan, Stage
+from k3lab.model.plan import NodePlan, Plan, Process, Stage
 
 if TYPE_CHECKING:
     from k3lab.launch.pipeline import Phase
+    from k3lab.model.runs import RunState
 
 Files = dict[str, tuple[bytes, int]]
 
@@ -82,6 +84,31 @@ class Target(ABC):
     def state(self) -> dict[str, Any]:
         """What run-state.json records of the target, beside the containers and endpoints."""
         return {}
+
+    @classmethod
+    def prerequisites(cls, scenario: str, inventory: str | None) -> list[Callable[[], str | None]]:
+        """What a bring-up here needs of this machine (:mod:`k3lab.launch.prereq` checks, each one line)."""
+        return []
+
+    def liveness(self, procs: list[Process]) -> dict[str, bool] | None:
+        """Process id -> alive, when the target knows it without the PID files (None: ask the PID files)."""
+        return None
+
+    def evidence(self, node: str) -> dict[str, str]:
+        """Files of the node's evidence the target adds (name -> text), beside the logs read through exec."""
+        return {}
+
+    @classmethod
+    def hosts_from_state(cls, state: RunState) -> dict[str, Any] | None:
+        """The suite's hosts (node -> NodeHost-shaped) of a recorded run; None: each node's container on its
+        Docker endpoint (:func:`k3lab.launch.endpoints.hosts_from_state`)."""
+        return None
+
+    @classmethod
+    def down_recorded(cls, state: RunState) -> dict[str, str] | None:
+        """``k3lab down RUN`` / ``--all`` for a recorded run of this target, without its Run: the places not
+        reached. None: the Docker sweep of the run's endpoints removes it."""
+        return None
 
     # ------------------------------------------------------------- the nodes
     @abstractmethod

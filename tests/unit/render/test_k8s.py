@@ -192,12 +192,15 @@ def test_render_writes_the_manifests_and_the_runbook_section(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("cmd", ["up", "cycle"])
-def test_bring_up_refuses_the_k8s_target(tmp_path, capsys, cmd):
+def test_bring_up_on_k8s_needs_a_kubeconfig(tmp_path, capsys, cmd):
+    """The bring-up itself is tests/unit/launch/test_k8s_target.py's; without a kubeconfig it is exit 3."""
+    from k3lab import settings
+
     inv = tmp_path / "k8s.yaml"
     inv.write_text(yaml.safe_dump(k8s_inventory("a3_pd").model_dump(mode="json", exclude_defaults=True)))
-    assert cli.main([cmd, "a3_pd", "-i", str(inv), "--target", "k8s"]) == 2
-    assert "the k8s target renders manifests only in this version; apply them with kubectl (RUNBOOK.md)" \
-        in capsys.readouterr().err
+    with settings.patched(kubeconfig=tmp_path / "none"):
+        assert cli.main([cmd, "a3_pd", "-i", str(inv), "--target", "k8s"]) == 3
+    assert f"a kubeconfig ({tmp_path / 'none'} not found)" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------- core kinds (optional)

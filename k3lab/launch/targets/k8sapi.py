@@ -1,0 +1,162 @@
+"""The k8s target's calls to the Kubernetes API, through the official ``kubernetes`` client (the ``k8s`` extra).
+
+Imported only by :mod:`k3lab.launch.targets.k8s` when a run needs the cluster, so the kit loads without the
+extra. Every call carries a deadline (``_request_timeout``); one the API server does not answer raises
+:class:`ApiUnreachable` naming the kubeconfig context and the server, as the lab target names a host. An
+answer that says no (an :class:`~kubernetes.client.exceptions.ApiException`) is an answer, not unreachability.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+
+from k3lab.launch.endpoints import CommandResult, HostUnreachable, reason
+
+__all__ = ["ApiException", "ApiUnreachable", "Cluster", "Ref"]
+T = TypeVar("T")
+RUN_LABEL = "k3lab.run"  # the label every object of a run carries (the render's, the containers' on sim/lab)
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")  # group, version, plural
+# core kinds the render may make: kind -> (create, delete one, delete by label, list) of CoreV1Api
+CORE = {"ConfigMap": "config_map", "Pod": "pod", "Service": "service", "Secret": "secret"}
+
+
+class ApiUnreachable(HostUnreachable):
+    """The cluster's API server did not answer in time (exit 3), named by context and server."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One object a run created: enough to delete it."""
+
+    kind: str
+    name: str
+
+
+class Cluster:
+    """One kubeconfig context and namespace; every call bounded by ``timeout`` seconds."""
+
+    def __init__(self, kubeconfig: Path, context: str, namespace: str, timeout: float = 20.0) -> None:
+        self.context, self.namespace, self.timeout = context, namespace, timeout
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=cfg)
+        cfg.retries = 1  # a refused connection is named at once, not after urllib3's default three retries
+        self.server = cfg.host
+        self.api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def where(self) -> str:
+        return f"context {self.context}, server {self.server}"
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, timeout: float | None = None, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs, _request_timeout=...)``; no answer in time raises :class:`ApiUnreachable`."""
+        try:
+            return fn(*args, _request_timeout=timeout or self.timeout, **kwargs)
+        except ApiException:
+            raise
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiUnreachable(f"the Kubernetes API ({self.where()}) does not answer {what}: {reason(exc)}") from None
+
+    # ------------------------------------------------------------------ questions
+    def version(self, timeout: float) -> str:
+        got = self.call("GET /version", client.VersionApi(self.api).get_code, timeout=timeout)
+        return str(got.git_version)
+
+    def pods(self, selector: str) -> list[Any]:
+        return list(self.call("list pods", self.core.list_namespaced_pod, self.namespace,
+                              label_selector=selector).items)
+
+    def log(self, pod: str, tail: int | None = None) -> str:
+        kwargs = {"tail_lines": tail} if tail else {}
+        return str(self.call(f"log of pod {pod}", self.core.read_namespaced_pod_log, pod, self.namespace, **kwargs))
+
+    def exec(self, pod: str, cmd: list[str], node: str, env: dict[str, str] | None = None,
+             timeout: float = 30) -> CommandResult:
+        """``cmd`` in the pod's container through the exec subresource (a websocket); the exit code from its
+        error channel. The environment is passed as ``env NAME=VALUE ...`` (exec has no environment of its own)."""
+        argv = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), *cmd] if env else cmd
+        try:
+            ws = stream(self.core.connect_get_namespaced_pod_exec, pod, self.namespace, command=argv,
+                        stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False,
+                        _request_timeout=timeout)
+        except ApiException:
+            raise
+        except (urllib3.exceptions.HTTPError, OSError, ConnectionError) as exc:
+            raise ApiUnreachable(f"the Kubernetes API ({self.where()}) does not answer exec in pod {pod}: "
+                                 f"{reason(exc)}") from None
+        try:
+            ws.run_forever(timeout=timeout)
+            out, err = ws.read_stdout(), ws.read_stderr()
+            rc = ws.returncode if not ws.is_open() else 124  # still open: the deadline passed (timeout's 124)
+        finally:
+            ws.close()
+        return CommandResult(" ".join(cmd), rc if rc is not None else 124, out or "", err or "", node)
+
+    # ------------------------------------------------------------------ creating and deleting
+    def create(self, obj: dict[str, Any], dry_run: bool = False) -> Ref:
+        """One rendered object, strictly validated (an unknown field is refused, not dropped)."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        if kind == "LeaderWorkerSet":
+            self.call(f"create {kind} {name}", self.custom.create_namespaced_custom_object, *LWS[:2], self.namespace,
+                      LWS[2], obj, field_validation="Strict", **extra)
+        elif kind in CORE:
+            fn = getattr(self.core, f"create_namespaced_{CORE[kind]}")
+            self.call(f"create {kind} {name}", fn, self.namespace, obj, field_validation="Strict", **extra)
+        else:
+            raise ValueError(f"the k8s target does not create {kind} objects ({name})")
+        return Ref(kind, name)
+
+    def delete(self, ref: Ref) -> None:
+        """One object, its dependents in the background; one that is gone already is fine."""
+        try:
+            if ref.kind == "LeaderWorkerSet":
+                self.call(f"delete {ref.kind} {ref.name}", self.custom.delete_namespaced_custom_object, *LWS[:2],
+                          self.namespace, LWS[2], ref.name, propagation_policy="Foreground")
+            else:
+                fn = getattr(self.core, f"delete_namespaced_{CORE[ref.kind]}")
+                self.call(f"delete {ref.kind} {ref.name}", fn, ref.name, self.namespace,
+                          propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def delete_run(self, run_id: str, deadline: float) -> int:
+        """Everything labelled with the run: the LeaderWorkerSets (their pods go with them, Foreground), then
+        the pods, services, config maps and secrets; waits until no pod of the run is left. Objects deleted."""
+        selector = f"{RUN_LABEL}={run_id}"
+        listed = self.call("list LeaderWorkerSets", self.custom.list_namespaced_custom_object, *LWS[:2],
+                           self.namespace, LWS[2], label_selector=selector)
+        count = len(listed.get("items", []))
+        if count:
+            self.call("delete LeaderWorkerSets", self.custom.delete_collection_namespaced_custom_object, *LWS[:2],
+                      self.namespace, LWS[2], label_selector=selector, propagation_policy="Foreground")
+        for kind in ("pod", "service", "config_map", "secret"):
+            # counted from a list first: the client reads a delete-collection answer as a Status, without items
+            there = self.call(f"list {kind}s", getattr(self.core, f"list_namespaced_{kind}"), self.namespace,
+                              label_selector=selector).items
+            if there:
+                self.call(f"delete {kind}s", getattr(self.core, f"delete_collection_namespaced_{kind}"), self.namespace,
+                          label_selector=selector, propagation_policy="Background")
+                count += len(there)
+        self.wait_gone(selector, deadline)
+        return count
+
+    def wait_gone(self, selector: str, deadline: float) -> None:
+        end = time.monotonic() + deadline
+        while True:
+            left = self.pods(selector)
+            if not left:
+                return
+            if time.monotonic() >= end:
+                names = ", ".join(p.metadata.name for p in left)
+                raise TimeoutError(f"pods still there {deadline:g} s after their deletion ({self.where()}): {names}")
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
