@@ -275,21 +275,32 @@ _ERROR_LINE = re.compile(
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
 _NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]")
+# ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
+# watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
+# (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout")
+_EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
+                         rb"|(?:exited|died|terminated) unexpectedly")
 FIRST_ERRORS = 3
 FIRST_ERROR_BYTES = 8 << 20  # of each file's end: the generic error regex is slow, and a failure ends a log
 
 
-def _error_positions(data: bytes) -> list[int]:
+def _line_starts(data: bytes, rx: re.Pattern[bytes], begin: int, keep) -> list[int]:
+    """Positions of the first FIRST_ERRORS lines from ``begin`` that ``rx`` matches and ``keep`` accepts."""
     out: list[int] = []
-    start = max(0, len(data) - FIRST_ERROR_BYTES)
-    start = data.find(b"\n", start - 1) + 1 if start else 0  # from a whole line
-    for m in _ERROR_LINE.finditer(data, start):
+    for m in rx.finditer(data, begin):
         start, end = _line_at(data, m.start())
-        if not _NOT_ERROR.search(data, start, end) and (not out or _line_at(data, out[-1])[0] != start):
+        if keep(start, end) and (not out or _line_at(data, out[-1])[0] != start):
             out.append(m.start())
             if len(out) >= FIRST_ERRORS:
                 break
     return out
+
+
+def _error_positions(data: bytes) -> list[int]:
+    begin = max(0, len(data) - FIRST_ERROR_BYTES)
+    begin = data.find(b"\n", begin - 1) + 1 if begin else 0  # from a whole line
+    found = _line_starts(data, _ERROR_LINE, begin, lambda s, e: not _NOT_ERROR.search(data, s, e))
+    return found or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True)
 
 
 def _first_errors(files: list[LogFile], rank) -> list[Evidence]:
