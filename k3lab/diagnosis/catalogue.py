@@ -28,6 +28,9 @@ class Signature(BaseModel):
     pattern: str = Field(min_length=4)
     ignorecase: bool = False
     versions: str = ""  # e.g. "vllm >=0.8": the releases that print this line
+    # set on the signatures error_codes.yaml adds (never in catalogue.yaml): a documented code decides its
+    # cause only when no signature written for a cause's own wording matches (see engine._order)
+    code: str = ""
 
     @field_validator("pattern")
     @classmethod
@@ -168,7 +171,16 @@ class Catalogue(BaseModel):
 
     @cached_property
     def signatures(self) -> list[tuple[Cause, Signature]]:
-        return [(c, sig) for c in self.causes for sig in c.signatures]
+        """Every cause's own signatures, then one per error code whose documented meaning names a cause."""
+        return [(c, sig) for c in self.causes for sig in c.signatures] + self.code_signatures
+
+    @cached_property
+    def code_signatures(self) -> list[tuple[Cause, Signature]]:
+        from k3lab.diagnosis import codes
+
+        by_id = {c.id: c for c in self.causes}
+        return [(by_id[c.cause], Signature(pattern=codes.pattern(code), code=code))
+                for code, c in codes.load().codes.items() if c.cause in by_id]
 
     @cached_property
     def needles(self) -> list[tuple[bytes, list[int]]]:

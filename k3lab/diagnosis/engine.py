@@ -87,6 +87,7 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)  # earliest first, at most KEEP
     count: int = 0
     nodes: list[str] = field(default_factory=list)  # root-cause node first
+    by_code: bool = False  # only an error code's documented meaning points here, no wording of the cause
 
     @property
     def node(self) -> str | None:
@@ -147,6 +148,7 @@ class Diagnosis:
 class _Hits:
     count: int = 0
     evidence: list[Evidence] = field(default_factory=list)
+    by_code: bool = False
 
 
 def _line_at(data: bytes, pos: int) -> tuple[int, int]:
@@ -230,7 +232,8 @@ def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
         by_cause.setdefault(pairs[i][0].id, []).append(i)
     for cid, idx in by_cause.items():
         starts = sorted({s for i in idx for s in seen.starts[i]})
-        out[cid] = _Hits(sum(seen.count[i] for i in idx), _evidence(f, starts))
+        out[cid] = _Hits(sum(seen.count[i] for i in idx), _evidence(f, starts),
+                         all(pairs[i][1].code for i in idx))
     return out
 
 
@@ -333,12 +336,14 @@ def _node_rank(nodes: list[str], gate: dict[str, Any] | None):
 def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
     evidence = sorted((e for h in hits for e in h.evidence), key=rank)
     nodes = list(dict.fromkeys(e.node for e in evidence))
-    return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes)
+    return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes, all(h.by_code for h in hits))
 
 
-def _order(f: Finding) -> tuple[int, float, int, str]:
+def _order(f: Finding) -> tuple[int, int, float, int, str]:
+    # a cause's own wording outranks a cause inferred from an error code alone, within a tier
     first = f.first
-    return (0 if f.cause.tier == "cause" else 1, first if first is not None else math.inf, -f.cause.weight, f.cause.id)
+    return (0 if f.cause.tier == "cause" else 1, int(f.by_code), first if first is not None else math.inf,
+            -f.cause.weight, f.cause.id)
 
 
 def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:
