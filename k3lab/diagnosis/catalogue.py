@@ -103,6 +103,9 @@ def _anchor(pattern: str) -> bytes:
 
 
 SHARED_MIN = 6  # a shared needle is at least this long: 6 keeps the 100 MB benchmark at ~40 passes (9: ~60), shorter is too common
+# error codes share shorter needles ("EI00" for EI0002/EI0006/EI0009/EI0019, "5070" for the 5070xx ACL codes): a
+# code is 6 characters, so each would otherwise cost a pass of its own over every log
+CODE_SHARED_MIN = 4
 
 
 def needles(signatures: list[Signature]) -> list[tuple[bytes, list[int]]]:
@@ -111,8 +114,9 @@ def needles(signatures: list[Signature]) -> list[tuple[bytes, list[int]]]:
     (b"": no literal, the regex scans the whole file). One ``bytes.find`` pass per needle, not per signature."""
     cands: dict[bytes, set[int]] = {}
     for i, sig in enumerate(signatures):
+        low = CODE_SHARED_MIN if sig.code else SHARED_MIN
         subs = {run[k:k + n] for run in ([] if sig.ignorecase else _literals(sig.pattern))
-                for n in range(SHARED_MIN, min(len(run), 24) + 1) for k in range(len(run) - n + 1)}
+                for n in range(low, min(len(run), 24) + 1) for k in range(len(run) - n + 1)}
         for sub in subs:
             cands.setdefault(sub, set()).add(i)
     left, out = set(range(len(signatures))), []
