@@ -113,9 +113,10 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # sglang#3781's healthy start-up says "The following error message ... can be ignored" (shown as a first error)
 # and flash-linear-attention-npu#149 says "NPU out of memory" for a kernel bug (named npu-oom). One failed log is
 # still silent: held-out gpustack#5014, whose raylet warning matches no signature and holds no error-like word.
-# A regression fails.
+# A regression fails. Third pass (#32: error codes decide causes, 32 more dev excerpts): held-out 26/31 = 84%,
+# heldout2 16/22 = 73%, the same known wrong answers and silent log; floors raised to those minus 0.03.
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
-                         [("dev", 0.97, 0, 0), ("heldout", 0.78, 0, 1), ("heldout2", 0.60, 2, 0)])
+                         [("dev", 0.97, 0, 0), ("heldout", 0.80, 0, 1), ("heldout2", 0.69, 2, 0)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
