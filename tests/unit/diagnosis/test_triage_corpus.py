@@ -117,9 +117,12 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # still silent: held-out gpustack#5014, whose raylet warning matches no signature and holds no error-like word.
 # A regression fails. Third pass (#32: error codes decide causes, 32 more dev excerpts): held-out 26/31 = 84%,
 # heldout2 16/22 = 73%, the same known wrong answers and silent log; floors raised to those minus 0.03.
+# heldout3, the third sealed set (collected after that pass): 2/8 = 25%, floor 0.22; its 8 wrong answers (3 named
+# with confidence: a benign vllm._C warning as driver-cann-mismatch, two ModuleNotFoundErrors as library-missing)
+# and 2 silent logs (vllm-ascend#4404's 'Available memory: 0', mindocr#586's WARNING-only GetNext timeout).
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
                          [("dev", 0.97, 0, 0), ("heldout", 0.80, 0, 1), ("heldout2", 0.69, 2, 0),
-                          ("heldout3", 0.0, 8, 2)])
+                          ("heldout3", 0.22, 8, 2)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
