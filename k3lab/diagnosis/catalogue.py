@@ -28,6 +28,9 @@ class Signature(BaseModel):
     pattern: str = Field(min_length=4)
     ignorecase: bool = False
     versions: str = ""  # e.g. "vllm >=0.8": the releases that print this line
+    # set on the signatures error_codes.yaml adds (never in catalogue.yaml): a documented code decides its
+    # cause only when no signature written for a cause's own wording matches (see engine._order)
+    code: str = ""
 
     @field_validator("pattern")
     @classmethod
@@ -100,6 +103,9 @@ def _anchor(pattern: str) -> bytes:
 
 
 SHARED_MIN = 6  # a shared needle is at least this long: 6 keeps the 100 MB benchmark at ~40 passes (9: ~60), shorter is too common
+# error codes share shorter needles ("EI00" for EI0002/EI0006/EI0009/EI0019, "5070" for the 5070xx ACL codes): a
+# code is 6 characters, so each would otherwise cost a pass of its own over every log
+CODE_SHARED_MIN = 4
 
 
 def needles(signatures: list[Signature]) -> list[tuple[bytes, list[int]]]:
@@ -108,8 +114,9 @@ def needles(signatures: list[Signature]) -> list[tuple[bytes, list[int]]]:
     (b"": no literal, the regex scans the whole file). One ``bytes.find`` pass per needle, not per signature."""
     cands: dict[bytes, set[int]] = {}
     for i, sig in enumerate(signatures):
+        low = CODE_SHARED_MIN if sig.code else SHARED_MIN
         subs = {run[k:k + n] for run in ([] if sig.ignorecase else _literals(sig.pattern))
-                for n in range(SHARED_MIN, min(len(run), 24) + 1) for k in range(len(run) - n + 1)}
+                for n in range(low, min(len(run), 24) + 1) for k in range(len(run) - n + 1)}
         for sub in subs:
             cands.setdefault(sub, set()).add(i)
     left, out = set(range(len(signatures))), []
@@ -168,7 +175,16 @@ class Catalogue(BaseModel):
 
     @cached_property
     def signatures(self) -> list[tuple[Cause, Signature]]:
-        return [(c, sig) for c in self.causes for sig in c.signatures]
+        """Every cause's own signatures, then one per error code whose documented meaning names a cause."""
+        return [(c, sig) for c in self.causes for sig in c.signatures] + self.code_signatures
+
+    @cached_property
+    def code_signatures(self) -> list[tuple[Cause, Signature]]:
+        from k3lab.diagnosis import codes
+
+        by_id = {c.id: c for c in self.causes}
+        return [(by_id[c.cause], Signature(pattern=codes.pattern(code), code=code))
+                for code, c in codes.load().codes.items() if c.cause in by_id]
 
     @cached_property
     def needles(self) -> list[tuple[bytes, list[int]]]:

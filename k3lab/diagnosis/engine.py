@@ -87,6 +87,7 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)  # earliest first, at most KEEP
     count: int = 0
     nodes: list[str] = field(default_factory=list)  # root-cause node first
+    by_code: bool = False  # only an error code's documented meaning points here, no wording of the cause
 
     @property
     def node(self) -> str | None:
@@ -147,6 +148,7 @@ class Diagnosis:
 class _Hits:
     count: int = 0
     evidence: list[Evidence] = field(default_factory=list)
+    by_code: bool = False
 
 
 def _line_at(data: bytes, pos: int) -> tuple[int, int]:
@@ -230,7 +232,8 @@ def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
         by_cause.setdefault(pairs[i][0].id, []).append(i)
     for cid, idx in by_cause.items():
         starts = sorted({s for i in idx for s in seen.starts[i]})
-        out[cid] = _Hits(sum(seen.count[i] for i in idx), _evidence(f, starts))
+        out[cid] = _Hits(sum(seen.count[i] for i in idx), _evidence(f, starts),
+                         all(pairs[i][1].code for i in idx))
     return out
 
 
@@ -275,21 +278,32 @@ _ERROR_LINE = re.compile(
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
 _NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]")
+# ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
+# watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
+# (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout")
+_EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
+                         rb"|(?:exited|died|terminated) unexpectedly")
 FIRST_ERRORS = 3
 FIRST_ERROR_BYTES = 8 << 20  # of each file's end: the generic error regex is slow, and a failure ends a log
 
 
-def _error_positions(data: bytes) -> list[int]:
+def _line_starts(data: bytes, rx: re.Pattern[bytes], begin: int, keep) -> list[int]:
+    """Positions of the first FIRST_ERRORS lines from ``begin`` that ``rx`` matches and ``keep`` accepts."""
     out: list[int] = []
-    start = max(0, len(data) - FIRST_ERROR_BYTES)
-    start = data.find(b"\n", start - 1) + 1 if start else 0  # from a whole line
-    for m in _ERROR_LINE.finditer(data, start):
+    for m in rx.finditer(data, begin):
         start, end = _line_at(data, m.start())
-        if not _NOT_ERROR.search(data, start, end) and (not out or _line_at(data, out[-1])[0] != start):
+        if keep(start, end) and (not out or _line_at(data, out[-1])[0] != start):
             out.append(m.start())
             if len(out) >= FIRST_ERRORS:
                 break
     return out
+
+
+def _error_positions(data: bytes) -> list[int]:
+    begin = max(0, len(data) - FIRST_ERROR_BYTES)
+    begin = data.find(b"\n", begin - 1) + 1 if begin else 0  # from a whole line
+    found = _line_starts(data, _ERROR_LINE, begin, lambda s, e: not _NOT_ERROR.search(data, s, e))
+    return found or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True)
 
 
 def _first_errors(files: list[LogFile], rank) -> list[Evidence]:
@@ -322,12 +336,14 @@ def _node_rank(nodes: list[str], gate: dict[str, Any] | None):
 def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
     evidence = sorted((e for h in hits for e in h.evidence), key=rank)
     nodes = list(dict.fromkeys(e.node for e in evidence))
-    return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes)
+    return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes, all(h.by_code for h in hits))
 
 
-def _order(f: Finding) -> tuple[int, float, int, str]:
+def _order(f: Finding) -> tuple[int, int, float, int, str]:
+    # a cause's own wording outranks a cause inferred from an error code alone, within a tier
     first = f.first
-    return (0 if f.cause.tier == "cause" else 1, first if first is not None else math.inf, -f.cause.weight, f.cause.id)
+    return (0 if f.cause.tier == "cause" else 1, int(f.by_code), first if first is not None else math.inf,
+            -f.cause.weight, f.cause.id)
 
 
 def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:

@@ -46,3 +46,52 @@ def test_the_first_error_of_an_unexplained_log_is_decoded(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     i = next(i for i, line in enumerate(out) if "first error, cause unknown: n0/engine.log:1: RuntimeError" in line)
     assert out[i + 1] == "    code 507035 ACL_ERROR_RT_VECTOR_CORE_EXCEPTION: vector core exception"
+
+
+def _diagnose_lines(tmp_path, *lines):
+    from k3lab.diagnosis.engine import diagnose
+
+    (tmp_path / "n0").mkdir()
+    (tmp_path / "n0" / "engine.log").write_text("\n".join(lines) + "\n")
+    return diagnose(tmp_path)
+
+
+def test_every_cause_a_code_names_is_in_the_catalogue():
+    from k3lab.diagnosis import catalogue
+
+    ids = set(catalogue.load().ids)
+    named = {code: c.cause for code, c in codes.load().codes.items() if c.cause}
+    assert {"EI0002", "EI0006", "EI0009", "EL0001", "EL0004", "207018", "507014", "507033", "-8020"} <= set(named)
+    assert set(named.values()) <= ids
+    for generic in ("EE9999", "EH9999", "EZ9999", "EI9999", "ERR99999", "507000"):
+        assert not codes.load().codes[generic].cause, generic
+
+
+# each line verbatim from the vendor document named in error_codes.yaml
+@pytest.mark.parametrize("line, cause", [
+    # Ascend/pytorch docs/zh/troubleshooting/HCCL_timeout.md
+    ("EI0002: [PID: 7277] 2024-11-28-11:59:30.645.648 The wait execution of the Notify register times out. Reason: "
+     "The Notify register has not received the Notify record from remote rank [unknown].", "hccl-exec-timeout"),
+    # Ascend/RecSDK's container guide
+    ("dcmi model initialized failed, because the device is used. ret is -8020", "npu-device-occupied"),
+])
+def test_a_documented_code_decides_its_cause(tmp_path, line, cause):
+    d = _diagnose_lines(tmp_path, line)
+    assert d.top is not None and d.top.cause.id == cause and d.top.by_code
+
+
+def test_a_generic_code_decides_nothing(tmp_path):
+    # mindspore-ai/docs tutorials/source_en/debug/error_analysis/cann_error_cases.md: EZ9999 names no cause
+    d = _diagnose_lines(tmp_path, "EZ9999: Inner Error!")
+    assert d.findings == [] and d.first_errors
+
+
+def test_a_cause_in_its_own_words_outranks_a_code_alone(tmp_path):
+    # PTOAS#341 (dev corpus): EL0004's memory failure (npu-oom's wording), then SetDevice's 507033
+    from k3lab.diagnosis.engine import diagnose
+
+    (tmp_path / "n0").mkdir()
+    shutil.copy(CORPUS / "dev" / "npu-oom--ptoas-341.log", tmp_path / "n0" / "engine.log")
+    d = diagnose(tmp_path)
+    assert d.top.cause.id == "npu-oom" and not d.top.by_code
+    assert any(f.cause.id == "npu-device-abnormal" and f.by_code for f in d.findings)

@@ -99,6 +99,18 @@ def test_error_no_cause_explains_gives_the_first_error_and_exit_1(tmp_path, caps
     assert doc["verdict"] == "first-error" and doc["findings"] == [] and doc["first_errors"][0]["file"] == "n0/b.log"
 
 
+def test_a_failure_logged_at_info_level_is_still_the_first_error(tmp_path, capsys):
+    # vllm-ascend#5468's real plog excerpt: every line is [INFO], the failure is a watchdog timeout among them
+    (tmp_path / "n0").mkdir()
+    shutil.copy(LOGS.parent / "triage_corpus" / "dev" / "driver-cann-mismatch--vllm-ascend-5468.log",
+                tmp_path / "n0" / "plog.log")
+    assert main(["triage", str(tmp_path)]) == 1
+    assert "first error, cause unknown: n0/plog.log:3: " in capsys.readouterr().out
+    # a healthy start-up logged at INFO level stays clean
+    shutil.copy(LOGS / "healthy" / "2.log", tmp_path / "n0" / "plog.log")
+    assert main(["triage", str(tmp_path)]) == 0
+
+
 def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monkeypatch):
     from k3lab.cli import commands
     from k3lab.launch.lifecycle import GateFailed
