@@ -1,6 +1,6 @@
 """Verdict of one scenario under a gate policy: PASS, FAIL or INCOMPLETE, with its reasons.
 
-Inputs are what a run leaves behind (``conformance-results.json`` / ``junit.xml`` via
+Inputs are what a run leaves behind (``conformance-results.json`` via
 :mod:`k3lab.reports.report`, ``versions.json``, ``plan.json``'s deviations) plus, in a release, the
 static stage's rows. Every input becomes an :class:`Item` with a level from the policy and a
 status; the verdict is the worst status among blocking items (see :mod:`k3lab.model.policy`).
@@ -242,6 +242,8 @@ def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | 
     else:
         status = run.state.get("status")
         what = cycle_note or f"run status {status or 'unknown'}"
+        if run.source.endswith(report.JUNIT_NOT_READ):
+            what += report.JUNIT_NOT_READ
         # a readiness gate that failed is the deployment failing, not a missing measurement
         items.append(Item("live.results", "live.results", "live", "block",
                           "fail" if status == "failed" else "incomplete",

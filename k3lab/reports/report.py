@@ -1,9 +1,10 @@
 """Acceptance reports for a run directory: ``summary.md`` and a self-contained ``report.html``.
 
 ``write_reports(run_dir)`` reads ``plan.json``, ``run-state.json`` and ``conformance-results.json``
-(written by ``k3lab.conform.plugin``; ``junit.xml`` is parsed when it is missing) and leaves
-``junit.xml`` untouched. Every value may come from an inventory, so all of it is escaped, and the
-value of ``$K3LAB_API_KEY`` is redacted wherever it appears.
+(written by ``k3lab.conform.plugin``: the run's only record of its results; a run without it has none).
+``junit.xml`` is output only: never read for results; a failed run's diagnosis is appended to it. Every
+value may come from an inventory, so all of it is escaped, and the value of ``$K3LAB_API_KEY`` is redacted
+wherever it appears.
 
 ``k3lab report RUN`` rebuilds them with the gate's verdict (k3lab.reports.runreports).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import math
 import os
 import platform
 import xml.etree.ElementTree as ET
@@ -32,6 +32,8 @@ SECRET_ENV = apikey.ENV
 REDACTED = apikey.REDACTED
 FAILED = ("failed", "error")
 NO_NODE = "deployment"  # matrix row for checks that are not about one node
+NO_RESULTS = "none"  # a run whose suite did not run or did not finish: no conformance-results.json
+JUNIT_NOT_READ = " (no conformance-results.json; junit.xml is output only, not read)"
 
 
 redact = apikey.redact
@@ -148,18 +150,9 @@ def load(run_dir: str | Path) -> Run:
     state = _artefact(runs.run_state, run_dir, runs.RUN_STATE, problems)
     results = _artefact(runs.results, run_dir, runs.RESULTS, problems)
     if results.get("tests") is not None:
-        tests, source = results["tests"], "conformance-results.json"
-    elif (run_dir / "junit.xml").exists() or (run_dir / "junit.xml").is_symlink():
-        try:
-            runs.inside(run_dir / "junit.xml")
-            tests, source = _scrub(read_junit(run_dir / "junit.xml")), "junit.xml"
-        except ET.ParseError:
-            tests, source = [], "junit.xml (unreadable)"
-        except InputError as exc:  # a FIFO, a device, a huge file: named, left out
-            problems.append(str(exc))
-            tests, source = [], "junit.xml (unreadable)"
-    else:
-        tests, source = [], "none"
+        tests, source = results["tests"], runs.RESULTS
+    else:  # junit.xml is output only (a CI's view of the suite); the run's results are the plugin's record
+        tests, source = [], NO_RESULTS + (JUNIT_NOT_READ if (run_dir / "junit.xml").exists() else "")
     run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {},
               problems)
     run.tests = [_normalise(t, run.node_names) for t in tests]
@@ -167,44 +160,6 @@ def load(run_dir: str | Path) -> Run:
     run.collected, run.deselected = results.get("collected"), results.get("deselected") or 0
     run.evidence = _walk_evidence(run_dir, run.problems)
     return run
-
-
-def read_junit(path: Path) -> list[dict[str, Any]]:
-    """The kit's one JUnit reader: a row per testcase (the report's fallback when the plugin's results
-    file is missing; the fault matrix's failure texts, ``detail`` being the failure's body)."""
-    rows = []
-    from k3lab.model import safeyaml
-
-    text = safeyaml.read_capped(path, path.name, runs.MAX_BYTES)  # regular file, size cap
-    for case in ET.fromstring(text.encode()).iter("testcase"):
-        classname, name = case.get("classname", ""), case.get("name", "")
-        if classname == "k3lab.diagnosis":  # the diagnosis the report added (k3lab.reports.diagreport), not a check
-            continue
-        outcome, message, detail = "passed", "", ""
-        for tag, out in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
-            el = case.find(tag)
-            if el is not None:
-                outcome, message, detail = out, el.get("message", ""), el.text or ""
-                break
-        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
-        module = classname.rsplit(".", 1)[-1]
-        rows.append({"nodeid": f"{classname.replace('.', '/')}.py::{name}" if classname else name,
-                     "area": props.get("conformance.area") or module.removeprefix("test_") or "other",
-                     "node": props.get("conformance.node"), "outcome": outcome,
-                     "duration": _seconds(path, name, case.get("time")), "properties": props, "message": message,
-                     "detail": detail})
-    return rows
-
-
-def _seconds(path: Path, case: str, text: str | None) -> float:
-    """A testcase's ``time``: a finite number >= 0, else an InputError naming the file and the testcase."""
-    try:
-        value = float(text or 0)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise InputError(f"{path}: testcase {case!r}: time={text!r} is not a number of seconds >= 0")
-    return value
 
 
 def _node(t: dict[str, Any], nodeid: str, names: list[str]) -> str | None:
@@ -557,7 +512,7 @@ def _matrix_rows(run: Run) -> list[dict[str, Any]]:
 def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None, run: Run | None = None) -> dict[str, Path]:
     """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present).
     ``gate``: the run's verdict as the gate decided it (k3lab.reports.runreports.rebuild passes it);
-    ``run``: the run already loaded (a large junit.xml is parsed once less)."""
+    ``run``: the run already loaded (its results are read once)."""
     run = run or load(run_dir)
     run.gate = gate
     out = {"summary": run.dir / "summary.md", "html": run.dir / "report.html"}

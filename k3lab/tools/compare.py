@@ -1,8 +1,8 @@
 """``k3lab compare A B``: what changed from A (the last good) to B (the candidate).
 
 A and B are each a release directory (``release.json``) or a single run directory
-(``conformance-results.json`` / ``junit.xml``; evaluated under ``--policy``). Per scenario present in
-either:
+(``conformance-results.json``, ``run-state.json``; evaluated under ``--policy``; ``junit.xml`` is output
+only). Per scenario present in either:
 
 * verdict change (PASS / FAIL / INCOMPLETE);
 * **new failures**: items failing or incomplete in B that passed, were not applicable or did not
@@ -44,8 +44,10 @@ def _side(path: str | Path, policy: Policy) -> dict[str, Any]:
         doc = release.load(p)  # an unreadable one is an InputError naming file and field
         return {"label": str(p), "kind": "release", "target": doc.get("target", "?"), "live": doc.get("live"),
                 "scenarios": {v["scenario"]: v for v in doc.get("scenarios", [])}}
-    if not any((p / f).is_file() for f in ("conformance-results.json", "junit.xml", "run-state.json")):
-        raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)")
+    if not any((p / f).is_file() for f in ("conformance-results.json", "run-state.json")):
+        junit = " (junit.xml is output only, not read: not a complete run)" if (p / "junit.xml").exists() else ""
+        raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)"
+                         + junit)
     run = report.load(p)
     if run.problems:  # a FIFO, device, huge or corrupted artefact: named, never judged as absent
         raise InputError("; ".join(run.problems))
