@@ -102,22 +102,22 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         props = t["properties"]
         area = t["area"]
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
-        must = props.get("conformance.must", t.get("must", "")) or ""
+        must = props.get("conformance.must", t["must"]) or ""
         level, why = eff.level(cid, area, must)
-        status, msg = _status(eff, cid, t["outcome"], t["message"], props, t.get("na_reason"))
+        status, msg = _status(eff, cid, t["outcome"], t["message"], props, t["na_reason"])
         metrics, bad = _metrics(props)
         if bad and status in ("pass", "na", "warn"):  # a number that is no measurement never passes
             status, msg = "incomplete", f"not a measurement: {'; '.join(bad)}"
-        items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
+        items.append(Item(t["nodeid"], cid, area, level, status, msg, t["node"], why,
                           props.get("expected", ""), props.get("actual", ""), metrics,
-                          float(t.get("duration") or 0.0), eff.waiver(cid, area, must) or ""))
+                          t["duration"], eff.waiver(cid, area, must) or ""))
     return items
 
 
 def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, str],
             na_reason: str | None = None) -> tuple[str, str]:
     """A test's outcome as a gate status, and the message that says why. A skip is not applicable when the
-    policy lists its reason id (the row's ``na_reason``, or its ``conformance.na`` property in JUnit)."""
+    policy lists its reason id (the row's ``na_reason``, or its ``conformance.na`` property)."""
     kind = props.get("kind", "product")
     if outcome in ("passed", "xpassed"):
         return "pass", msg

@@ -17,7 +17,7 @@ import platform
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from k3lab import __version__, outputs
@@ -53,12 +53,50 @@ def _scrub(value: Any) -> Any:
 # ------------------------------------------------------------------------------------- loading
 
 
+class Check(TypedDict):
+    """One check's result as every report reads it: a conformance-results.json row (k3lab.model.runs.ResultRow)
+    redacted, its metadata filled from its properties and its node from its parameter."""
+
+    nodeid: str
+    area: str
+    id: str  # "" when the row names none (a collection error)
+    must: str
+    node: str | None  # the plan node it is about; None: deployment-wide
+    outcome: str
+    duration: float
+    properties: dict[str, str]
+    message: str
+    na_reason: str | None  # a skip's reason id (k3lab.model.checks.NA_REASONS)
+
+
+class Skipped(TypedDict):
+    """A check that did not run here (the reports' 'Skipped and not applicable' table)."""
+
+    nodeid: str
+    node: str | None
+    reason: str
+    not_applicable: bool  # the gate's policy lists its reason
+
+
+class Cell(TypedDict):
+    """One node x area cell of the HTML matrix."""
+
+    cls: str  # cell_class
+    text: str  # passed/total
+    title: str  # the outcome counts, its tooltip
+
+
+class MatrixRow(TypedDict):
+    name: str  # a plan node, or NO_NODE
+    cells: list[Cell]  # one per area
+
+
 @dataclass
 class Run:
     dir: Path
     plan: dict[str, Any]
     state: dict[str, Any]
-    tests: list[dict[str, Any]]
+    tests: list[Check]
     source: str  # where the results came from
     exitstatus: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
@@ -170,15 +208,15 @@ def _node(t: dict[str, Any], nodeid: str, names: list[str]) -> str | None:
     return next((n for n in (param, param.split(":")[0]) if n in names), None)
 
 
-def _normalise(t: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def _normalise(t: dict[str, Any], names: list[str]) -> Check:
+    """A row of the validated, redacted results (ResultRow.model_dump) as the reports read it."""
     nodeid = str(t.get("nodeid", "?"))
-    props = t.get("properties") or {}
-    if isinstance(props, list):
-        props = {str(k): str(v) for k, v in props}
+    props: dict[str, str] = t.get("properties") or {}
     meta = {key: str(t.get(key) or props.get(f"conformance.{key}") or "") for key in ("area", "id", "must")}
-    return {"nodeid": nodeid, "area": meta["area"] or "other", "id": meta["id"], "must": meta["must"],
-            "node": _node(t, nodeid, names), "outcome": str(t.get("outcome", "error")),
-            "duration": float(t.get("duration") or 0), "properties": props, "message": str(t.get("message") or "")}
+    return Check(nodeid=nodeid, area=meta["area"] or "other", id=meta["id"], must=meta["must"],
+                 node=_node(t, nodeid, names), outcome=str(t.get("outcome", "error")),
+                 duration=float(t.get("duration") or 0), properties=props, message=str(t.get("message") or ""),
+                 na_reason=t.get("na_reason"))
 
 
 # ------------------------------------------------------------------------------------- tallies
@@ -320,12 +358,12 @@ def _gate_md(run: Run) -> list[str]:
     return ["## Why not PASS", "", *[f"- {md(r)}" for r in run.gate["reasons"]], ""]
 
 
-def skipped(run: Run) -> list[dict[str, Any]]:
+def skipped(run: Run) -> list[Skipped]:
     """Every check that did not run here, with its reason; ``not_applicable`` when the gate's policy lists
     the reason (the check does not apply to this scenario), else it counts as not evaluated."""
     na = {i["key"]: i for i in (run.gate or {}).get("items", []) if i.get("status") == "na"}
-    return [{"nodeid": t["nodeid"], "node": t["node"], "reason": t["message"].removeprefix("Skipped: ") or "(no reason given)",
-             "not_applicable": t["nodeid"] in na}
+    return [Skipped(nodeid=t["nodeid"], node=t["node"],
+                    reason=t["message"].removeprefix("Skipped: ") or "(no reason given)", not_applicable=t["nodeid"] in na)
             for t in run.tests if t["outcome"] in ("skipped", "xfailed")]
 
 
@@ -487,7 +525,7 @@ def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
         skipped=skipped(run), generated=_now(), version=__version__)
 
 
-def _matrix_rows(run: Run) -> list[dict[str, Any]]:
+def _matrix_rows(run: Run) -> list[MatrixRow]:
     """Node x area: passed/total per cell, its class, and the outcome counts as its tooltip."""
     rows, areas, cells = _cells(run)
     out = []
@@ -501,8 +539,8 @@ def _matrix_rows(run: Run) -> list[dict[str, Any]]:
                 title = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
             else:
                 text, title = "–", "no checks"
-            tds.append({"cls": cell_class(counts), "text": text, "title": title})
-        out.append({"name": row, "cells": tds})
+            tds.append(Cell(cls=cell_class(counts), text=text, title=title))
+        out.append(MatrixRow(name=row, cells=tds))
     return out
 
 
