@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from k3lab import outputs
 from k3lab.errors import printable
@@ -33,12 +33,43 @@ def _rel(out: Path, path: str | None) -> str | None:
         return path
 
 
-def _view(out: Path, doc: dict[str, Any]) -> dict[str, Any]:
+class ScenarioRow(TypedDict):
+    """One scenario of the release report: its verdict, the worst status per area, where its run is."""
+
+    scenario: str
+    verdict: str
+    label: str  # the verdict as shown (waived MUST checks counted)
+    waived: list[str]  # 'id: reason' per waived MUST check
+    cells: list[str | None]  # per area of the release (ReleaseView.areas): worst status, None when it has none
+    reasons: list[str]
+    run: str | None  # the run directory, relative to the release
+    report: str | None
+    summary: str | None
+    log: str | None  # the cycle's log, relative
+    wall: float | None  # the cycle's seconds
+    versions: list[str]  # per COMPONENTS, "–" when not read
+    warnings: list[str]  # non-blocking problems
+    counts: dict[str, int]  # effective status -> items
+
+
+class ReleaseView(TypedDict):
+    """What release.md and release.html show of a release document."""
+
+    doc: dict[str, Any]  # release.json as written
+    overall: str
+    areas: list[str]
+    rows: list[ScenarioRow]
+    components: tuple[str, ...]
+    status_text: dict[str, str]
+    static_only: str
+
+
+def _view(out: Path, doc: dict[str, Any]) -> ReleaseView:
     verdicts = [gate.Verdict.from_json(s) for s in doc["scenarios"]]
     areas = _areas(verdicts)
     rows = [_row(out, doc, v, areas) for v in verdicts]
-    return {"doc": doc, "overall": _overall(doc), "areas": areas, "rows": rows, "components": COMPONENTS,
-            "status_text": STATUS_TEXT, "static_only": STATIC_ONLY}
+    return ReleaseView(doc=doc, overall=_overall(doc), areas=areas, rows=rows, components=COMPONENTS,
+                       status_text=STATUS_TEXT, static_only=STATIC_ONLY)
 
 
 def _overall(doc: dict[str, Any]) -> str:
@@ -55,20 +86,21 @@ def _areas(verdicts: list[gate.Verdict]) -> list[str]:
     return front + sorted(a for a in areas if a not in front)
 
 
-def _row(out: Path, doc: dict[str, Any], v: gate.Verdict, areas: list[str]) -> dict[str, Any]:
+def _row(out: Path, doc: dict[str, Any], v: gate.Verdict, areas: list[str]) -> ScenarioRow:
     cells = v.areas()
     cyc = doc.get("cycles", {}).get(v.scenario, {})
     run = _rel(out, v.run_dir)
     not_evaluated = sum(i.level == "warn" and i.status == "incomplete" for i in v.items)
-    return {"scenario": v.scenario, "verdict": v.verdict, "label": v.label, "waived": v.waived_must(), "cells": [cells.get(a) for a in areas],
-            "reasons": v.reasons, "run": run,
-            "report": f"{run}/report.html" if run else None, "summary": f"{run}/summary.md" if run else None,
-            "log": _rel(out, cyc.get("log")), "wall": cyc.get("wall_s"),
-            "versions": [v.versions.get(c) or "–" for c in COMPONENTS],
-            "warnings": [f"{i.key}: {i.message}" for i in v.items if i.level == "warn" and i.status == "fail"]
-            + ([f"{not_evaluated} non-blocking check(s) not evaluated (e.g. opt-in perf/accuracy not requested)"]
-               if not_evaluated else []),
-            "counts": _counts(v)}
+    return ScenarioRow(
+        scenario=v.scenario, verdict=v.verdict, label=v.label, waived=v.waived_must(), cells=[cells.get(a) for a in areas],
+        reasons=v.reasons, run=run,
+        report=f"{run}/report.html" if run else None, summary=f"{run}/summary.md" if run else None,
+        log=_rel(out, cyc.get("log")), wall=cyc.get("wall_s"),
+        versions=[v.versions.get(c) or "–" for c in COMPONENTS],
+        warnings=[f"{i.key}: {i.message}" for i in v.items if i.level == "warn" and i.status == "fail"]
+        + ([f"{not_evaluated} non-blocking check(s) not evaluated (e.g. opt-in perf/accuracy not requested)"]
+           if not_evaluated else []),
+        counts=_counts(v))
 
 
 def _counts(v: gate.Verdict) -> dict[str, int]:
@@ -118,7 +150,7 @@ def _header_md(doc: dict[str, Any], scenarios: int) -> list[str]:
     return lines
 
 
-def _matrix_md(view: dict[str, Any]) -> list[str]:
+def _matrix_md(view: ReleaseView) -> list[str]:
     lines = ["## Scenario × area", "",
              "| scenario | verdict | " + " | ".join(md(a) for a in view["areas"]) + " | run |",
              "|---|---|" + "---|" * len(view["areas"]) + "---|"]
