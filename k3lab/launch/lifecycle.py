@@ -446,7 +446,7 @@ def _stage_phases(run: Run, progress: Progress) -> list[Phase]:
     return [Phase(f"stage-{s.name}", stage_phase(s), f"stage_{s.name}_s") for s in run.plan.stages]
 
 
-def _refuse_preflight_errors(rendered, inv, strict: bool) -> dict:
+def _refuse_preflight_errors(rendered, inv, strict: bool) -> preflight.PreflightReport:
     """The static preflight; its document (findings, accepted ones) unless it fails, then nothing starts."""
     found = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
     outcome = findings.refuse(found, inv.accept, strict, "preflight")

@@ -18,13 +18,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from k3lab.diagnosis.engine import Diagnosis, Finding
 from k3lab.model import checks
-
-if TYPE_CHECKING:  # k3lab.reports.report imports this module
-    from k3lab.reports.report import Check
+from k3lab.reports.rows import Check
 
 NOT_RECORDED = "not recorded"
 FAILED = ("failed", "error")

@@ -7,19 +7,34 @@ status; the verdict is the worst status among blocking items (see :mod:`k3lab.mo
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from k3lab.launch import versions
 from k3lab.model import numbers
 from k3lab.model.policy import Effective
 from k3lab.reports import report
+from k3lab.reports.rows import VerdictDoc
+
+if TYPE_CHECKING:
+    from k3lab.preflight.checks import AcceptedJson
 
 PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
 # item status, worst first; "na" = not applicable here, "warn" = a non-blocking problem
 ORDER = ("fail", "incomplete", "warn", "pass", "na", "ignored")
 EXIT = {PASS: 0, FAIL: 1, INCOMPLETE: 3}  # 3: could not be evaluated fully (environment, skips)
+
+
+class StaticRow(TypedDict):
+    """One step of a scenario's static stage in a release (k3lab.tools.release.static_rows)."""
+
+    id: str  # static.render, static.preflight, static.golden
+    status: str  # pass, fail, na
+    message: str
+    duration: float  # seconds
+    accepted: NotRequired[list[AcceptedJson]]  # static.preflight: the findings accepted, with reasons
 
 
 @dataclass
@@ -48,10 +63,10 @@ class Verdict:
     run_dir: str | None = None
     versions: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "verdict": self.verdict, "label": self.label, "reasons": self.reasons,
-                "waived_must": self.waived_must(), "run_dir": self.run_dir, "versions": self.versions,
-                "items": [asdict(i) for i in self.items]}
+    def to_json(self) -> VerdictDoc:
+        return VerdictDoc(scenario=self.scenario, verdict=self.verdict, label=self.label, reasons=self.reasons,
+                          waived_must=self.waived_must(), run_dir=self.run_dir, versions=self.versions,
+                          items=[asdict(i) for i in self.items])
 
     def waived_must(self) -> list[str]:
         """MUST checks that did not pass and did not block only because the policy's waive_must names them:
@@ -66,7 +81,7 @@ class Verdict:
         return label(self.verdict, len(self.waived_must()))
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Verdict:
+    def from_json(cls, doc: Mapping[str, Any]) -> Verdict:
         return cls(doc["scenario"], doc["verdict"], list(doc.get("reasons", [])),
                    [Item(**i) for i in doc.get("items", [])], doc.get("run_dir"), doc.get("versions") or {})
 
@@ -215,9 +230,9 @@ def deviation_items(eff: Effective, plan: dict[str, Any]) -> list[Item]:
     return items
 
 
-def static_items(eff: Effective, rows: list[dict[str, Any]]) -> list[Item]:
-    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r.get("message", ""), why_level="policy static",
-                 duration=float(r.get("duration", 0.0))) for r in rows]
+def static_items(eff: Effective, rows: list[StaticRow]) -> list[Item]:
+    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r["message"], why_level="policy static",
+                 duration=r["duration"]) for r in rows]
 
 
 # ------------------------------------------------------------------------------------ verdict
@@ -232,7 +247,7 @@ def decide(scenario: str, items: list[Item], run_dir: str | None = None, vers: d
     return Verdict(scenario, verdict, reasons, items, run_dir, vers or {})
 
 
-def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | None = None,
+def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[StaticRow] | None = None,
                  cycle_note: str = "") -> Verdict:
     """One run directory (plus the release's static rows) under the scenario's effective policy."""
     run = report.load(run_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from k3lab import outputs
 from k3lab.errors import printable
@@ -22,6 +22,56 @@ STATUS_TEXT = {"fail": "FAIL", "incomplete": "INCOMPLETE", "warn": "warn", "pass
 STATIC_ONLY = ("Static-only release: render, preflight and golden of each scenario; no deployment was brought up "
                "or checked, no versions were read. The verdict covers the static stage only.")
 COMPONENTS = ("vllm", "vllm_ascend", "memcache_hybrid", "cann", "driver", "npu_smi", "image")
+
+
+class Cycle(TypedDict):
+    """One scenario's ``k3lab cycle`` subprocess in a release (k3lab.tools.release.Live)."""
+
+    scenario: str
+    exit: int | None  # None: not started
+    wall_s: float
+    run_dir: NotRequired[str | None]  # the cycle's run directory, when it started
+    log: NotRequired[str]
+    note: str  # why it did not run, or the log's last lines
+    slot: NotRequired[int]
+
+
+class Host(TypedDict):
+    python: str
+    machine: str
+    cpus: int | None
+    load: str  # /proc/loadavg's three figures
+    warnings: list[str]
+
+
+class Timings(TypedDict):
+    total_s: float
+    static_s: float
+    live_s: float
+    sum_of_cycles_s: float
+
+
+class ReleaseDoc(TypedDict):
+    """``release.json`` as ``k3lab release`` writes it (read back through k3lab.model.runs.Release)."""
+
+    schema: int
+    kind: str  # k3lab-release
+    k3lab: str
+    target: str
+    strict: bool
+    policy: str  # where the policy came from
+    started: str
+    finished: str
+    host: Host
+    jobs: int  # cycles at a time
+    live: bool  # False: --static-only
+    scope: str  # full or static-only
+    injected: dict[str, str]  # scenario -> fault id
+    timings: Timings
+    cycles: dict[str, Cycle]
+    overall: str
+    overall_label: str
+    scenarios: list[gate.VerdictDoc]
 
 
 def _rel(out: Path, path: str | None) -> str | None:
@@ -55,7 +105,7 @@ class ScenarioRow(TypedDict):
 class ReleaseView(TypedDict):
     """What release.md and release.html show of a release document."""
 
-    doc: dict[str, Any]  # release.json as written
+    doc: ReleaseDoc  # release.json as written
     overall: str
     areas: list[str]
     rows: list[ScenarioRow]
@@ -64,7 +114,7 @@ class ReleaseView(TypedDict):
     static_only: str
 
 
-def _view(out: Path, doc: dict[str, Any]) -> ReleaseView:
+def _view(out: Path, doc: ReleaseDoc) -> ReleaseView:
     verdicts = [gate.Verdict.from_json(s) for s in doc["scenarios"]]
     areas = _areas(verdicts)
     rows = [_row(out, doc, v, areas) for v in verdicts]
@@ -72,7 +122,7 @@ def _view(out: Path, doc: dict[str, Any]) -> ReleaseView:
                        status_text=STATUS_TEXT, static_only=STATIC_ONLY)
 
 
-def _overall(doc: dict[str, Any]) -> str:
+def _overall(doc: ReleaseDoc) -> str:
     """The release's verdict as written ('PASS with N waived MUST checks' when so), else its overall."""
     return str(doc.get("overall_label") or doc["overall"])
 
@@ -86,9 +136,9 @@ def _areas(verdicts: list[gate.Verdict]) -> list[str]:
     return front + sorted(a for a in areas if a not in front)
 
 
-def _row(out: Path, doc: dict[str, Any], v: gate.Verdict, areas: list[str]) -> ScenarioRow:
+def _row(out: Path, doc: ReleaseDoc, v: gate.Verdict, areas: list[str]) -> ScenarioRow:
     cells = v.areas()
-    cyc = doc.get("cycles", {}).get(v.scenario, {})
+    cyc: Cycle | dict[str, Any] = doc.get("cycles", {}).get(v.scenario, {})
     run = _rel(out, v.run_dir)
     not_evaluated = sum(i.level == "warn" and i.status == "incomplete" for i in v.items)
     return ScenarioRow(
@@ -114,7 +164,7 @@ def _counts(v: gate.Verdict) -> dict[str, int]:
 # ------------------------------------------------------------------------------------ markdown
 
 
-def release_md(out: Path, doc: dict[str, Any]) -> str:
+def release_md(out: Path, doc: ReleaseDoc) -> str:
     view = _view(out, doc)
     lines = _header_md(doc, len(view["rows"])) + _matrix_md(view)
     lines += ["", "## Why not PASS", ""]
@@ -135,7 +185,7 @@ def _listed_md(title: str, items: list[tuple[str, Any]]) -> list[str]:
     return ["", f"## {title}", "", *(f"- {md(s)}: {md(x)}" for s, x in items)] if items else []
 
 
-def _header_md(doc: dict[str, Any], scenarios: int) -> list[str]:
+def _header_md(doc: ReleaseDoc, scenarios: int) -> list[str]:
     t = doc["timings"]
     lines = [f"# k3lab release: {_overall(doc)}{'' if doc.get('live', True) else ' (static only)'}", "",
              *([STATIC_ONLY, ""] if not doc.get("live", True) else []),
@@ -205,7 +255,7 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 """
 
 
-def release_html(out: Path, doc: dict[str, Any]) -> str:
+def release_html(out: Path, doc: ReleaseDoc) -> str:
     return render_html(_HTML, **_view(out, doc))
 
 
@@ -218,7 +268,7 @@ def _x(text: str) -> str:
     return printable(redact(text))
 
 
-def release_junit(doc: dict[str, Any]) -> str:
+def release_junit(doc: ReleaseDoc) -> str:
     root = ET.Element("testsuites", name="k3lab release", tests="0", failures="0", errors="0",
                       time=f"{float(doc.get('timings', {}).get('total_s', 0.0)):.3f}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -259,7 +309,7 @@ def release_junit(doc: dict[str, Any]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_all(out: Path, doc: dict[str, Any], shown_in: Path | None = None) -> dict[str, Path]:
+def write_all(out: Path, doc: ReleaseDoc, shown_in: Path | None = None) -> dict[str, Path]:
     """release.md, release.html and junit.xml into ``out`` through the one writer; links are relative to
     ``shown_in`` (where ``out``, a staging directory, will be), ``out`` itself by default."""
     where = shown_in or out

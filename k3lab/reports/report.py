@@ -26,6 +26,7 @@ from k3lab.errors import InputError, printable
 from k3lab.model import apikey, runs
 from k3lab.reports import diagreport, failures
 from k3lab.reports.reportsvg import topology_svg
+from k3lab.reports.rows import Check, VerdictDoc
 from k3lab.reports.templating import Markup, render_html
 
 SECRET_ENV = apikey.ENV
@@ -51,22 +52,6 @@ def _scrub(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------- loading
-
-
-class Check(TypedDict):
-    """One check's result as every report reads it: a conformance-results.json row (k3lab.model.runs.ResultRow)
-    redacted, its metadata filled from its properties and its node from its parameter."""
-
-    nodeid: str
-    area: str
-    id: str  # "" when the row names none (a collection error)
-    must: str
-    node: str | None  # the plan node it is about; None: deployment-wide
-    outcome: str
-    duration: float
-    properties: dict[str, str]
-    message: str
-    na_reason: str | None  # a skip's reason id (k3lab.model.checks.NA_REASONS)
 
 
 class Skipped(TypedDict):
@@ -102,7 +87,7 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
     preflight: dict[str, Any] = field(default_factory=dict)  # preflight.json: findings, accepted ones
-    gate: dict[str, Any] | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
+    gate: VerdictDoc | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
     collected: list[str] | None = None  # what the suite collected (conformance-results.json)
     deselected: int = 0
     evidence: dict[str, list[str]] = field(default_factory=dict)  # group -> files (_evidence_files), walked once
@@ -126,7 +111,8 @@ class Run:
     @property
     def verdict_label(self) -> str:
         """The verdict as the reports say it: the gate's label ('PASS with N waived MUST checks', #35) when judged."""
-        return str((self.gate or {}).get("label") or self.verdict)
+        label = self.gate.get("label") if self.gate else None
+        return str(label or self.verdict)
 
     @property
     def verdict(self) -> str:
@@ -361,7 +347,7 @@ def _gate_md(run: Run) -> list[str]:
 def skipped(run: Run) -> list[Skipped]:
     """Every check that did not run here, with its reason; ``not_applicable`` when the gate's policy lists
     the reason (the check does not apply to this scenario), else it counts as not evaluated."""
-    na = {i["key"]: i for i in (run.gate or {}).get("items", []) if i.get("status") == "na"}
+    na = {i["key"]: i for i in (run.gate.get("items", []) if run.gate else []) if i.get("status") == "na"}
     return [Skipped(nodeid=t["nodeid"], node=t["node"],
                     reason=t["message"].removeprefix("Skipped: ") or "(no reason given)", not_applicable=t["nodeid"] in na)
             for t in run.tests if t["outcome"] in ("skipped", "xfailed")]
@@ -547,7 +533,7 @@ def _matrix_rows(run: Run) -> list[MatrixRow]:
 # --------------------------------------------------------------------------------------- entry
 
 
-def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None, run: Run | None = None) -> dict[str, Path]:
+def write_reports(run_dir: str | Path, gate: VerdictDoc | None = None, run: Run | None = None) -> dict[str, Path]:
     """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present).
     ``gate``: the run's verdict as the gate decided it (k3lab.reports.runreports.rebuild passes it);
     ``run``: the run already loaded (its results are read once)."""

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from k3lab.errors import printable
-
-if TYPE_CHECKING:  # k3lab.reports.report imports this module
-    from k3lab.reports.report import Check
+from k3lab.reports.rows import Check
 
 FAILED = ("failed", "error")
 ROLE_ORDER = ("prefill", "decode", "mixed", "metaservice")

@@ -20,6 +20,7 @@ Output as text, Markdown (for a CI comment) or JSON. Exit status 1 when B regres
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
@@ -34,7 +35,7 @@ from k3lab.tools import release
 BAD = ("fail", "incomplete")
 RANK = {gate.PASS: 0, gate.INCOMPLETE: 1, gate.FAIL: 2}
 
-Verdict = dict[str, Any]  # a scenario's verdict as JSON (gate.Verdict.to_json, or a release.json's, any kit's)
+Verdict = Mapping[str, Any]  # a scenario's verdict as JSON (gate.Verdict.to_json, or a release.json's, any kit's)
 Item = dict[str, Any]  # one of its items (gate.Item as JSON): read by key, tolerant of what another kit wrote
 
 
