@@ -142,8 +142,8 @@ def _side(path: str | Path, policy: Policy) -> Side:
         raise UsageError(f"{path}: not a directory (give a release directory or a run directory)")
     if (p / release.FILE).exists() or (p / release.FILE).is_symlink():  # a FIFO or device is named by the reader
         doc = release.load(p)  # an unreadable one is an InputError naming file and field
-        return Side(label=str(p), kind="release", target=doc.get("target", "?"), live=doc.get("live"),
-                    scenarios={v["scenario"]: v for v in doc.get("scenarios", [])})
+        return Side(label=str(p), kind="release", target=doc.target, live=doc.live,
+                    scenarios={v.scenario: v.model_dump(by_alias=True) for v in doc.scenarios})
     if not any((p / f).is_file() for f in ("conformance-results.json", "run-state.json")):
         junit = " (junit.xml is output only, not read: not a complete run)" if (p / "junit.xml").exists() else ""
         raise UsageError(f"{path}: neither a release ({release.FILE}) nor a run directory (conformance-results.json)"

@@ -312,9 +312,9 @@ def _load() -> str:
         return "?"
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """A release document validated by its model (k3lab.model.runs.Release), as plain data."""
-    return runs.release(path).model_dump(by_alias=True)
+def load(path: str | Path) -> runs.Release:
+    """A release document validated by its model (k3lab.model.runs.Release)."""
+    return runs.release(path)
 
 
 # ------------------------------------------------------------------------------------ command
