@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 ENVIRONMENT, DEFAULT = "environment", "default"
 
@@ -239,7 +239,19 @@ def patched(**changes: Any) -> Iterator[Settings]:
         _overrides, _merged = before, None
 
 
-def table(settings: Settings | None = None) -> list[dict[str, Any]]:
+class SettingRow(TypedDict):
+    """One setting as ``k3lab env`` shows it."""
+
+    variable: str  # the environment variable
+    value: str | None  # as set (the API key redacted); None: unset
+    source: str  # ENVIRONMENT or DEFAULT
+    default: str  # as the docs show it
+    unit: str
+    group: str  # a key of GROUPS
+    doc: str
+
+
+def table(settings: Settings | None = None) -> list[SettingRow]:
     """One row per setting: variable, value (the API key redacted), source, default, unit, meaning."""
     s = settings or current()
     rows = []
@@ -249,7 +261,7 @@ def table(settings: Settings | None = None) -> list[dict[str, Any]]:
             value = "<redacted>"
         if isinstance(value, float):
             value = format(value, "g")  # 20, not 20.0: the unit says seconds
-        rows.append({"variable": spec.env, "value": None if value is None else str(value),
-                     "source": s.sources.get(spec.name, DEFAULT), "default": spec.shown, "unit": spec.unit,
-                     "group": spec.group, "doc": spec.doc})
+        rows.append(SettingRow(variable=spec.env, value=None if value is None else str(value),
+                               source=s.sources.get(spec.name, DEFAULT), default=spec.shown, unit=spec.unit,
+                               group=spec.group, doc=spec.doc))
     return rows

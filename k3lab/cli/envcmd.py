@@ -6,16 +6,25 @@ printed. It needs no Docker and reads nothing but the environment and the workin
 from __future__ import annotations
 
 import argparse
+from typing import TypedDict
 
 from k3lab import formats, settings
 
 
-def document() -> dict:
+class EnvDoc(TypedDict):
+    """``k3lab env --format json``."""
+
+    settings: list[settings.SettingRow]
+    runs: str  # where runs go, resolved
+    releases: str
+
+
+def document() -> EnvDoc:
     s = settings.current()
-    return {"settings": settings.table(s), "runs": str(s.runs.resolve()), "releases": str(s.releases.resolve())}
+    return EnvDoc(settings=settings.table(s), runs=str(s.runs.resolve()), releases=str(s.releases.resolve()))
 
 
-def _print(doc: dict) -> None:
+def _print(doc: EnvDoc) -> None:
     rows = doc["settings"]
     width = max(len(r["variable"]) for r in rows)
     for group in dict.fromkeys(r["group"] for r in rows):

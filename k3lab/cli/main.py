@@ -195,8 +195,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
     from k3lab.tools import faults
 
     if args.list:
-        rows = [{"id": f.id, "kind": f.kind, "scenario": f.scenario, "mode": f.mode} for f in faults.CATALOG.values()]
-        formats.emit(args, {"faults": rows}, _print_fault_list)
+        listing = [{"id": f.id, "kind": f.kind, "scenario": f.scenario, "mode": f.mode} for f in faults.CATALOG.values()]
+        formats.emit(args, {"faults": listing}, _print_fault_list)
         return 0
     for fid in args.id or []:
         if fid not in faults.CATALOG:

@@ -27,7 +27,7 @@ import datetime as _dt
 import json
 import platform
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, TypedDict, cast
 
 import pytest
 
@@ -213,12 +213,52 @@ def _short(report) -> str:
     return lines[-1] if lines else ""
 
 
+class _Folded(TypedDict):
+    """A check's setup, call and teardown reports folded together, while the session runs."""
+
+    nodeid: str
+    outcome: str
+    duration: float
+    properties: dict[str, str]  # its user properties (conformance.*, evidence)
+    message: str  # the first failure's (or skip's) short message
+
+
+class ResultJson(TypedDict):
+    """A row of conformance-results.json as written (read back as k3lab.model.runs.ResultRow)."""
+
+    nodeid: str
+    area: str
+    id: str | None
+    must: str
+    node: str | None
+    param: str | None
+    outcome: str
+    na_reason: str | None  # a skip's reason id (k3lab.model.checks.NA_REASONS)
+    duration: float
+    properties: dict[str, str]
+    message: str
+
+
+class ResultsJson(TypedDict):
+    """conformance-results.json as written (read back as k3lab.model.runs.Results)."""
+
+    schema: int
+    exitstatus: int
+    started: str
+    finished: str
+    versions: dict[str, str]
+    counts: dict[str, int]  # outcome -> rows
+    collected: list[str] | None
+    deselected: int
+    tests: list[ResultJson]
+
+
 class _Recorder:
     """Folds the setup/call/teardown reports of each test into one result row."""
 
     def __init__(self, config):
         self.config = config
-        self.tests: dict[str, dict[str, Any]] = {}
+        self.tests: dict[str, _Folded] = {}
         self.started = _dt.datetime.now(_dt.timezone.utc)
         # what should have run: the gate counts a collected check without a result as incomplete
         self.collected: list[str] | None = None
@@ -236,8 +276,8 @@ class _Recorder:
         self.deselected += len(items)
 
     def pytest_runtest_logreport(self, report):
-        row = self.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration": 0.0,
-                                                    "properties": {}, "message": ""})
+        row = self.tests.setdefault(report.nodeid, _Folded(nodeid=report.nodeid, outcome="passed", duration=0.0,
+                                                           properties={}, message=""))
         row["duration"] += getattr(report, "duration", 0.0) or 0.0
         row["properties"].update({str(k): str(v) for k, v in report.user_properties})
         outcome = _outcome(report)
@@ -249,9 +289,9 @@ class _Recorder:
 
     def pytest_collectreport(self, report):
         if report.failed:  # an import error must not leave an empty, green-looking run
-            self.tests[report.nodeid or "<collection>"] = {
-                "nodeid": report.nodeid or "<collection>", "outcome": "error", "duration": 0.0,
-                "properties": {"kind": "kit"}, "message": _short(report)}
+            self.tests[report.nodeid or "<collection>"] = _Folded(
+                nodeid=report.nodeid or "<collection>", outcome="error", duration=0.0,
+                properties={"kind": "kit"}, message=_short(report))
 
     def pytest_sessionfinish(self, session, exitstatus):
         run_dir = self.config.getoption("--run-dir", default=None) or settings.current().run_dir
@@ -261,10 +301,10 @@ class _Recorder:
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-        doc = {"schema": 1, "exitstatus": int(exitstatus), "started": self.started.isoformat(timespec="seconds"),
-               "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               "versions": _versions(), "counts": counts, "collected": self.collected,
-               "deselected": self.deselected, "tests": rows}
+        doc = ResultsJson(schema=1, exitstatus=int(exitstatus), started=self.started.isoformat(timespec="seconds"),
+                          finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                          versions=_versions(), counts=counts, collected=self.collected,
+                          deselected=self.deselected, tests=rows)
         path = Path(run_dir) / RESULTS
         outputs.write_run_file(path, json.dumps(doc, indent=2) + "\n")  # atomic: never a half-written file for the report
 
@@ -285,14 +325,14 @@ def _outcome(report) -> str | None:
     return None
 
 
-def _finish(row: dict[str, Any]) -> dict[str, Any]:
+def _finish(row: _Folded) -> ResultJson:
     props = row["properties"]
     param = checks.param_of(row["nodeid"])  # also under --dist loadgroup, whose node ids end in @<group>
-    return {"nodeid": row["nodeid"], "area": props.get("conformance.area", "other"),
-            "id": props.get("conformance.id"), "must": props.get("conformance.must", ""),
-            "node": props.get("conformance.node"), "param": param, "outcome": row["outcome"],
-            "na_reason": props.get(NA) if row["outcome"] in ("skipped", "xfailed") else None,
-            "duration": round(row["duration"], 3), "properties": props, "message": row["message"]}
+    return ResultJson(nodeid=row["nodeid"], area=props.get("conformance.area", "other"),
+                      id=props.get("conformance.id"), must=props.get("conformance.must", ""),
+                      node=props.get("conformance.node"), param=param, outcome=row["outcome"],
+                      na_reason=props.get(NA) if row["outcome"] in ("skipped", "xfailed") else None,
+                      duration=round(row["duration"], 3), properties=props, message=row["message"])
 
 
 def _versions() -> dict[str, str]:

@@ -258,13 +258,13 @@ def _exit_hits(layout: Layout, cause: Cause) -> list[_Hits]:
     return out
 
 
-def _check_hits(rows: list[dict[str, Any]], cause: Cause) -> list[_Hits]:
+def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
     out = []
     for row in rows:
-        name = str(row.get("id") or row.get("nodeid", "")).rsplit("::", 1)[-1]
+        name = (row.id or row.nodeid).rsplit("::", 1)[-1]
         if any(fnmatch.fnmatchcase(name, pat) for pat in cause.checks):
-            text = f"check {name} failed: {str(row.get('message', ''))[:LINE_CHARS]}"
-            out.append(_Hits(1, [Evidence(str(row.get("node") or NO_NODE), "conformance-results.json", 0, text)]))
+            text = f"check {name} failed: {row.message[:LINE_CHARS]}"
+            out.append(_Hits(1, [Evidence(row.node or NO_NODE, "conformance-results.json", 0, text)]))
     return out
 
 
@@ -346,7 +346,7 @@ def _order(f: Finding) -> tuple[int, int, float, int, str]:
             -f.cause.weight, f.cause.id)
 
 
-def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:
+def _results(root: Path) -> tuple[list[runs.ResultRow], dict[str, str], list[str]]:
     """Failing rows and versions of the suite's results, when the directory has them."""
     path = root / "conformance-results.json"
     if not path.is_file():
@@ -357,7 +357,7 @@ def _results(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], list[str
         res = runs.results(root)
     except InputError as exc:
         return [], {}, [str(exc)]
-    rows = [r.model_dump() for r in res.tests if r.outcome in ("failed", "error")]
+    rows = [r for r in res.tests if r.outcome in ("failed", "error")]
     return rows, dict(res.versions), []
 
 

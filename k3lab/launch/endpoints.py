@@ -81,7 +81,8 @@ class SshOptions:
         raw = raw or {}
         return cls(known_hosts=raw.get("known_hosts"), identity_file=raw.get("identity_file"))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | None]:
+        """As run-state.json keeps them (RunState.ssh)."""
         return {"known_hosts": self.known_hosts, "identity_file": self.identity_file}
 
 

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import yaml
 
@@ -644,7 +645,19 @@ def down() -> int:
     return 0
 
 
-def status() -> list[dict]:
+class HostStatus(TypedDict):
+    """One emulated host as ``k3lab labemu status`` shows it."""
+
+    host: str
+    node: str  # the plan node it stands in for ("?" when state.json does not say)
+    ip: str
+    endpoint: str
+    engine: str  # its Docker engine: up or down
+    sshd: str  # up or down
+    containers: str  # name:status,... ("none", "-" when the engine is down, or the error)
+
+
+def status() -> list[HostStatus]:
     rows = []
     state = {h["index"]: h for h in _state().get("hosts", [])}
     for h in _hosts_on_machine():
@@ -657,9 +670,9 @@ def status() -> list[dict]:
                 containers = ",".join(f"{c.name}:{c.status}" for c in cl.containers.list(all=True)) or "none"
             except Exception as exc:
                 containers = f"error {exc!r}"
-        rows.append({"host": h.name, "node": info.get("node", "?"), "ip": h.ip, "endpoint": info.get("endpoint", "?"),
-                     "engine": "up" if h.engine_alive() else "down", "sshd": "up" if _pid_alive(h.sshd_pid) else "down",
-                     "containers": containers})
+        rows.append(HostStatus(host=h.name, node=info.get("node", "?"), ip=h.ip, endpoint=info.get("endpoint", "?"),
+                               engine="up" if h.engine_alive() else "down",
+                               sshd="up" if _pid_alive(h.sshd_pid) else "down", containers=containers))
     return rows
 
 

@@ -85,17 +85,17 @@ class Run:
         """The target (older name, kept for the tools that still say ``run.backend``)."""
         return self.target
 
-    def state(self, status: str) -> dict:
-        return {"version": runs.VERSION, "run": self.id, "status": status, "scenario": self.plan.scenario,
+    def state(self, status: str) -> runs.RunState:
+        """run-state.json through its model: what every reader will validate (the phases ride as an extra key)."""
+        return runs.RunState.model_validate({"version": runs.VERSION, "run": self.id, "status": status, "scenario": self.plan.scenario,
                 "target": self.plan.target, "plan": str(self.dir / "plan.json"), "run_dir": str(self.dir),
                 "containers": self.target.container_names(), "network": None,
                 "endpoints": {n.name: n.endpoint for n in self.plan.nodes}, "timings": self.timings,
                 "left": self.scope.left or self.target.left, "attached": self.attached,
-                "phases": [r.as_dict() for r in self.pipeline.results], **self.target.state()}
+                "phases": [r.as_dict() for r in self.pipeline.results], **self.target.state()})
 
     def save(self, status: str) -> None:
-        state = runs.RunState.model_validate(self.state(status))  # what every reader will validate
-        outputs.write_run_file(self.dir / runs.RUN_STATE, state.model_dump_json(indent=2))
+        outputs.write_run_file(self.dir / runs.RUN_STATE, self.state(status).model_dump_json(indent=2))
 
     def _record_teardown(self) -> dict[str, str]:
         left = self.scope.left
@@ -449,7 +449,7 @@ def _stage_phases(run: Run, progress: Progress) -> list[Phase]:
     return [Phase(f"stage-{s.name}", stage_phase(s), f"stage_{s.name}_s") for s in run.plan.stages]
 
 
-def _refuse_preflight_errors(rendered, inv, strict: bool) -> dict:
+def _refuse_preflight_errors(rendered, inv, strict: bool) -> preflight.PreflightReport:
     """The static preflight; its document (findings, accepted ones) unless it fails, then nothing starts."""
     found = preflight.run(rendered.plan, rendered.files, sim_subnet=inv.sim.subnet)
     outcome = findings.refuse(found, inv.accept, strict, "preflight")

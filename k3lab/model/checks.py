@@ -24,9 +24,12 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from k3lab import paths
+
+if TYPE_CHECKING:
+    from k3lab.model.runs import ResultRow
 
 Stage = Literal["static", "lab", "host", "hardware", "conformance"]
 STAGES: tuple[str, ...] = ("static", "lab", "host", "hardware", "conformance")
@@ -206,26 +209,25 @@ def param_of(nodeid: str) -> str | None:
     return m.group(1) if m else None
 
 
-def result_key(row: dict) -> str:
+def result_key(row: ResultRow) -> str:
     """A result row's key in fault rows and stage messages: its check id, with its parameter when it has one
     (``npu.test_npu_smi_devices_healthy[d1]``); a row with no id (a collection error) keeps its node id."""
-    cid = row.get("id") or (row.get("properties") or {}).get("conformance.id")
+    cid = row.id or row.properties.get("conformance.id")
     if not cid:
-        return str(row.get("nodeid") or "<collection>")
-    param = row.get("param") or param_of(str(row.get("nodeid") or ""))
-    return f"{cid}[{param}]" if param else str(cid)
+        return row.nodeid or "<collection>"
+    param = row.param or param_of(row.nodeid)
+    return f"{cid}[{param}]" if param else cid
 
 
 def failed_checks(results: Path) -> dict[str, str]:
-    """Failed or errored check key -> its message (and evidence properties), from a
-    ``conformance-results.json``; the check id comes from the row, never from a JUnit test name."""
-    import json
+    """Failed or errored check key -> its failure text (the message and the evidence properties), from a
+    ``conformance-results.json`` read through its model (k3lab.model.runs: bounded, validated; an
+    unreadable file is an InputError naming it); the check id comes from the row, never from a JUnit name."""
+    from k3lab.model import runs  # pydantic stays out of the check listing's start-up
 
-    doc = json.loads(results.read_text())
     out = {}
-    for row in doc.get("tests", []) if isinstance(doc, dict) else []:
-        if isinstance(row, dict) and row.get("outcome") in ("failed", "error"):
-            props = row.get("properties") or {}
-            extra = [str(v) for k, v in props.items() if not str(k).startswith("conformance.")]
-            out[result_key(row)] = "\n".join([str(row.get("message", "")), *extra])
+    for row in runs.read(runs.Results, results).tests:
+        if row.outcome in ("failed", "error"):
+            extra = [v for k, v in row.properties.items() if not k.startswith("conformance.")]
+            out[result_key(row)] = "\n".join([row.message, *extra])
     return out

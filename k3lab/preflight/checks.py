@@ -12,7 +12,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypedDict
 
 from k3lab import paths
 from k3lab.errors import InputError
@@ -798,11 +798,49 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
 
 
 
-def finding_json(f: Finding) -> dict[str, object]:
+class FindingJson(TypedDict):
+    """A finding in the preflight document (preflight.json, ``k3lab preflight --format json``)."""
+
+    check: str
+    severity: str  # error or warning
+    nodes: list[str]
+    message: str  # without its remedy
+    remedy: str
+
+
+class AcceptedJson(FindingJson):
+    reason: str  # the acceptance's (inventory or policy)
+
+
+class NoEffect(TypedDict):
+    """An acceptance that matched an error: errors cannot be accepted."""
+
+    check: str
+    nodes: list[str]
+    reason: str
+    why: str
+
+
+class PreflightReport(TypedDict):
+    """The preflight document: ``k3lab preflight --format json``; a run keeps it as preflight.json."""
+
+    scenario: str
+    target: str
+    strict: bool
+    checks: int  # how many checks ran
+    verdict: str  # PASS or FAIL
+    errors: int
+    warnings: int  # open ones
+    findings: list[FindingJson]  # errors, then open warnings
+    accepted: list[AcceptedJson]
+    acceptances_without_effect: list[NoEffect]
+
+
+def finding_json(f: Finding) -> FindingJson:
     """A finding with its remedy apart from the message (the text output joins them)."""
     remedy = next((c.remedy for c in CHECKS if c.id == f.check), "")
     message = f.message.removesuffix(f" Remedy: {remedy}") if remedy else f.message
-    return {"check": f.check, "severity": f.severity, "nodes": list(f.nodes), "message": message, "remedy": remedy}
+    return FindingJson(check=f.check, severity=f.severity, nodes=list(f.nodes), message=message, remedy=remedy)
 
 
 def judge(findings: Iterable[Finding], acceptances: Iterable[AcceptedFinding]) -> accept.Outcome:
@@ -820,12 +858,13 @@ def judge(findings: Iterable[Finding], acceptances: Iterable[AcceptedFinding]) -
     return accept.apply(findings, accs)
 
 
-def report(plan: Plan, outcome: accept.Outcome, strict: bool) -> dict[str, object]:
+def report(plan: Plan, outcome: accept.Outcome, strict: bool) -> PreflightReport:
     """The preflight document: ``k3lab preflight --format json`` prints it, a run keeps it as preflight.json."""
     failed = outcome.failed(strict)
-    return {"scenario": plan.scenario, "target": plan.target, "strict": strict, "checks": len(CHECKS),
-            "verdict": "FAIL" if failed else "PASS", "errors": len(outcome.errors), "warnings": len(outcome.warnings),
-            "findings": [finding_json(f) for f in outcome.errors + outcome.warnings],
-            "accepted": [{**finding_json(f), "reason": a.reason} for f, a in outcome.accepted],
-            "acceptances_without_effect": [{"check": a.check, "nodes": a.nodes, "reason": a.reason,
-                                            "why": "an error cannot be accepted"} for a in outcome.ignored]}
+    return PreflightReport(
+        scenario=plan.scenario, target=plan.target, strict=strict, checks=len(CHECKS),
+        verdict="FAIL" if failed else "PASS", errors=len(outcome.errors), warnings=len(outcome.warnings),
+        findings=[finding_json(f) for f in outcome.errors + outcome.warnings],
+        accepted=[AcceptedJson(**finding_json(f), reason=a.reason) for f, a in outcome.accepted],
+        acceptances_without_effect=[NoEffect(check=a.check, nodes=a.nodes, reason=a.reason, why="an error cannot be accepted")
+                                    for a in outcome.ignored])

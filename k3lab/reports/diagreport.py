@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TypedDict
 
 from k3lab import outputs
 from k3lab.diagnosis.engine import Diagnosis, Finding, diagnose
@@ -73,11 +73,25 @@ _HTML = """<h2>Diagnosis</h2>
 """
 
 
-def _row(f: Finding) -> dict[str, Any]:
+class FindingView(TypedDict):
+    """A diagnosis finding as the HTML report's table shows it: its cause and where it was seen."""
+
+    id: str
+    title: str
+    component: str
+    tier: str  # cause or symptom
+    nodes: list[str]  # root-cause node first
+    evidence: list[str]  # "file:line: text", the first three
+    remedy: str
+    explanation: str
+    sources: list[str]
+
+
+def _row(f: Finding) -> FindingView:
     c = f.cause
-    return {"id": c.id, "title": c.title, "component": c.component, "tier": c.tier, "nodes": f.nodes,
-            "evidence": [f"{e.where()}: {e.text}" for e in f.evidence[:3]], "remedy": c.remedy,
-            "explanation": c.explanation, "sources": c.sources}
+    return FindingView(id=c.id, title=c.title, component=c.component, tier=c.tier, nodes=f.nodes,
+                       evidence=[f"{e.where()}: {e.text}" for e in f.evidence[:3]], remedy=c.remedy,
+                       explanation=c.explanation, sources=c.sources)
 
 
 def html(d: Diagnosis) -> Markup:

@@ -22,6 +22,7 @@ from typing import Any
 
 from k3lab.diagnosis.engine import Diagnosis, Finding
 from k3lab.model import checks
+from k3lab.reports.rows import Check
 
 NOT_RECORDED = "not recorded"
 FAILED = ("failed", "error")
@@ -68,11 +69,12 @@ def named_nodes(text: str, names: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _where(t: dict[str, Any], props: dict[str, str], plan_nodes: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
+def _where(t: Check, props: dict[str, str], plan_nodes: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
     """The where cell and the plan nodes the failure names (its own node first)."""
     named = named_nodes(" ".join([props.get("where", ""), t["message"], props.get("actual", "")]), list(plan_nodes))
-    if t.get("node") in plan_nodes:
-        named = {t["node"]: named.get(t["node"], []), **named}
+    own = t["node"]
+    if own is not None and own in plan_nodes:
+        named = {own: named.get(own, []), **named}
     if props.get("where"):
         return props["where"], list(named)
     if not named:
@@ -116,7 +118,7 @@ def _remedy(props: dict[str, str], info: checks.CheckInfo | None, finding: Findi
     return f"{NOT_RECORDED}: the check names no remedy"
 
 
-def row(t: dict[str, Any], plan_nodes: dict[str, dict[str, Any]], diagnosis: Diagnosis | None) -> Row:
+def row(t: Check, plan_nodes: dict[str, dict[str, Any]], diagnosis: Diagnosis | None) -> Row:
     props = t["properties"]
     info = registry().get(t.get("id") or props.get("conformance.id") or checks.base_id(t["nodeid"]))
     must = props.get("expected") or t.get("must") or props.get("conformance.must") or (info.must if info else "")
@@ -130,7 +132,7 @@ def row(t: dict[str, Any], plan_nodes: dict[str, dict[str, Any]], diagnosis: Dia
                remedy=_remedy(props, info, finding, on_nodes), nodes=nodes)
 
 
-def rows(tests: list[dict[str, Any]], plan: dict[str, Any], diagnosis: Diagnosis | None) -> list[Row]:
+def rows(tests: list[Check], plan: dict[str, Any], diagnosis: Diagnosis | None) -> list[Row]:
     """A row per failed or errored check, in result order."""
     plan_nodes = {str(n.get("name")): n for n in plan.get("nodes", [])}
     return [row(t, plan_nodes, diagnosis) for t in tests if t["outcome"] in FAILED]

@@ -1,25 +1,40 @@
 """Verdict of one scenario under a gate policy: PASS, FAIL or INCOMPLETE, with its reasons.
 
-Inputs are what a run leaves behind (``conformance-results.json`` / ``junit.xml`` via
+Inputs are what a run leaves behind (``conformance-results.json`` via
 :mod:`k3lab.reports.report`, ``versions.json``, ``plan.json``'s deviations) plus, in a release, the
 static stage's rows. Every input becomes an :class:`Item` with a level from the policy and a
 status; the verdict is the worst status among blocking items (see :mod:`k3lab.model.policy`).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from k3lab.launch import versions
 from k3lab.model import numbers
 from k3lab.model.policy import Effective
 from k3lab.reports import report
+from k3lab.reports.rows import VerdictDoc
+
+if TYPE_CHECKING:
+    from k3lab.preflight.checks import AcceptedJson
 
 PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
 # item status, worst first; "na" = not applicable here, "warn" = a non-blocking problem
 ORDER = ("fail", "incomplete", "warn", "pass", "na", "ignored")
 EXIT = {PASS: 0, FAIL: 1, INCOMPLETE: 3}  # 3: could not be evaluated fully (environment, skips)
+
+
+class StaticRow(TypedDict):
+    """One step of a scenario's static stage in a release (k3lab.tools.release.static_rows)."""
+
+    id: str  # static.render, static.preflight, static.golden
+    status: str  # pass, fail, na
+    message: str
+    duration: float  # seconds
+    accepted: NotRequired[list[AcceptedJson]]  # static.preflight: the findings accepted, with reasons
 
 
 @dataclass
@@ -48,10 +63,10 @@ class Verdict:
     run_dir: str | None = None
     versions: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "verdict": self.verdict, "label": self.label, "reasons": self.reasons,
-                "waived_must": self.waived_must(), "run_dir": self.run_dir, "versions": self.versions,
-                "items": [asdict(i) for i in self.items]}
+    def to_json(self) -> VerdictDoc:
+        return VerdictDoc(scenario=self.scenario, verdict=self.verdict, label=self.label, reasons=self.reasons,
+                          waived_must=self.waived_must(), run_dir=self.run_dir, versions=self.versions,
+                          items=[asdict(i) for i in self.items])
 
     def waived_must(self) -> list[str]:
         """MUST checks that did not pass and did not block only because the policy's waive_must names them:
@@ -66,7 +81,7 @@ class Verdict:
         return label(self.verdict, len(self.waived_must()))
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Verdict:
+    def from_json(cls, doc: Mapping[str, Any]) -> Verdict:
         return cls(doc["scenario"], doc["verdict"], list(doc.get("reasons", [])),
                    [Item(**i) for i in doc.get("items", [])], doc.get("run_dir"), doc.get("versions") or {})
 
@@ -102,22 +117,22 @@ def check_items(eff: Effective, run: report.Run) -> list[Item]:
         props = t["properties"]
         area = t["area"]
         cid = props.get("conformance.id") or f"{area}.{t['nodeid'].split('::')[-1].split('[')[0]}"
-        must = props.get("conformance.must", t.get("must", "")) or ""
+        must = props.get("conformance.must", t["must"]) or ""
         level, why = eff.level(cid, area, must)
-        status, msg = _status(eff, cid, t["outcome"], t["message"], props, t.get("na_reason"))
+        status, msg = _status(eff, cid, t["outcome"], t["message"], props, t["na_reason"])
         metrics, bad = _metrics(props)
         if bad and status in ("pass", "na", "warn"):  # a number that is no measurement never passes
             status, msg = "incomplete", f"not a measurement: {'; '.join(bad)}"
-        items.append(Item(t["nodeid"], cid, area, level, status, msg, t.get("node"), why,
+        items.append(Item(t["nodeid"], cid, area, level, status, msg, t["node"], why,
                           props.get("expected", ""), props.get("actual", ""), metrics,
-                          float(t.get("duration") or 0.0), eff.waiver(cid, area, must) or ""))
+                          t["duration"], eff.waiver(cid, area, must) or ""))
     return items
 
 
 def _status(eff: Effective, cid: str, outcome: str, msg: str, props: dict[str, str],
             na_reason: str | None = None) -> tuple[str, str]:
     """A test's outcome as a gate status, and the message that says why. A skip is not applicable when the
-    policy lists its reason id (the row's ``na_reason``, or its ``conformance.na`` property in JUnit)."""
+    policy lists its reason id (the row's ``na_reason``, or its ``conformance.na`` property)."""
     kind = props.get("kind", "product")
     if outcome in ("passed", "xpassed"):
         return "pass", msg
@@ -215,9 +230,9 @@ def deviation_items(eff: Effective, plan: dict[str, Any]) -> list[Item]:
     return items
 
 
-def static_items(eff: Effective, rows: list[dict[str, Any]]) -> list[Item]:
-    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r.get("message", ""), why_level="policy static",
-                 duration=float(r.get("duration", 0.0))) for r in rows]
+def static_items(eff: Effective, rows: list[StaticRow]) -> list[Item]:
+    return [Item(r["id"], r["id"], "static", eff.static, r["status"], r["message"], why_level="policy static",
+                 duration=r["duration"]) for r in rows]
 
 
 # ------------------------------------------------------------------------------------ verdict
@@ -232,7 +247,7 @@ def decide(scenario: str, items: list[Item], run_dir: str | None = None, vers: d
     return Verdict(scenario, verdict, reasons, items, run_dir, vers or {})
 
 
-def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | None = None,
+def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[StaticRow] | None = None,
                  cycle_note: str = "") -> Verdict:
     """One run directory (plus the release's static rows) under the scenario's effective policy."""
     run = report.load(run_dir)
@@ -242,6 +257,8 @@ def evaluate_run(eff: Effective, run_dir: str | Path, static_rows: list[dict] | 
     else:
         status = run.state.get("status")
         what = cycle_note or f"run status {status or 'unknown'}"
+        if run.source.endswith(report.JUNIT_NOT_READ):
+            what += report.JUNIT_NOT_READ
         # a readiness gate that failed is the deployment failing, not a missing measurement
         items.append(Item("live.results", "live.results", "live", "block",
                           "fail" if status == "failed" else "incomplete",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from k3lab import outputs
 from k3lab.errors import printable
@@ -24,6 +24,56 @@ STATIC_ONLY = ("Static-only release: render, preflight and golden of each scenar
 COMPONENTS = ("vllm", "vllm_ascend", "memcache_hybrid", "cann", "driver", "npu_smi", "image")
 
 
+class Cycle(TypedDict):
+    """One scenario's ``k3lab cycle`` subprocess in a release (k3lab.tools.release.Live)."""
+
+    scenario: str
+    exit: int | None  # None: not started
+    wall_s: float
+    run_dir: NotRequired[str | None]  # the cycle's run directory, when it started
+    log: NotRequired[str]
+    note: str  # why it did not run, or the log's last lines
+    slot: NotRequired[int]
+
+
+class Host(TypedDict):
+    python: str
+    machine: str
+    cpus: int | None
+    load: str  # /proc/loadavg's three figures
+    warnings: list[str]
+
+
+class Timings(TypedDict):
+    total_s: float
+    static_s: float
+    live_s: float
+    sum_of_cycles_s: float
+
+
+class ReleaseDoc(TypedDict):
+    """``release.json`` as ``k3lab release`` writes it (read back through k3lab.model.runs.Release)."""
+
+    schema: int
+    kind: str  # k3lab-release
+    k3lab: str
+    target: str
+    strict: bool
+    policy: str  # where the policy came from
+    started: str
+    finished: str
+    host: Host
+    jobs: int  # cycles at a time
+    live: bool  # False: --static-only
+    scope: str  # full or static-only
+    injected: dict[str, str]  # scenario -> fault id
+    timings: Timings
+    cycles: dict[str, Cycle]
+    overall: str
+    overall_label: str
+    scenarios: list[gate.VerdictDoc]
+
+
 def _rel(out: Path, path: str | None) -> str | None:
     if not path:
         return None
@@ -33,15 +83,46 @@ def _rel(out: Path, path: str | None) -> str | None:
         return path
 
 
-def _view(out: Path, doc: dict[str, Any]) -> dict[str, Any]:
+class ScenarioRow(TypedDict):
+    """One scenario of the release report: its verdict, the worst status per area, where its run is."""
+
+    scenario: str
+    verdict: str
+    label: str  # the verdict as shown (waived MUST checks counted)
+    waived: list[str]  # 'id: reason' per waived MUST check
+    cells: list[str | None]  # per area of the release (ReleaseView.areas): worst status, None when it has none
+    reasons: list[str]
+    run: str | None  # the run directory, relative to the release
+    report: str | None
+    summary: str | None
+    log: str | None  # the cycle's log, relative
+    wall: float | None  # the cycle's seconds
+    versions: list[str]  # per COMPONENTS, "–" when not read
+    warnings: list[str]  # non-blocking problems
+    counts: dict[str, int]  # effective status -> items
+
+
+class ReleaseView(TypedDict):
+    """What release.md and release.html show of a release document."""
+
+    doc: ReleaseDoc  # release.json as written
+    overall: str
+    areas: list[str]
+    rows: list[ScenarioRow]
+    components: tuple[str, ...]
+    status_text: dict[str, str]
+    static_only: str
+
+
+def _view(out: Path, doc: ReleaseDoc) -> ReleaseView:
     verdicts = [gate.Verdict.from_json(s) for s in doc["scenarios"]]
     areas = _areas(verdicts)
     rows = [_row(out, doc, v, areas) for v in verdicts]
-    return {"doc": doc, "overall": _overall(doc), "areas": areas, "rows": rows, "components": COMPONENTS,
-            "status_text": STATUS_TEXT, "static_only": STATIC_ONLY}
+    return ReleaseView(doc=doc, overall=_overall(doc), areas=areas, rows=rows, components=COMPONENTS,
+                       status_text=STATUS_TEXT, static_only=STATIC_ONLY)
 
 
-def _overall(doc: dict[str, Any]) -> str:
+def _overall(doc: ReleaseDoc) -> str:
     """The release's verdict as written ('PASS with N waived MUST checks' when so), else its overall."""
     return str(doc.get("overall_label") or doc["overall"])
 
@@ -55,20 +136,21 @@ def _areas(verdicts: list[gate.Verdict]) -> list[str]:
     return front + sorted(a for a in areas if a not in front)
 
 
-def _row(out: Path, doc: dict[str, Any], v: gate.Verdict, areas: list[str]) -> dict[str, Any]:
+def _row(out: Path, doc: ReleaseDoc, v: gate.Verdict, areas: list[str]) -> ScenarioRow:
     cells = v.areas()
-    cyc = doc.get("cycles", {}).get(v.scenario, {})
+    cyc: Cycle | dict[str, Any] = doc.get("cycles", {}).get(v.scenario, {})
     run = _rel(out, v.run_dir)
     not_evaluated = sum(i.level == "warn" and i.status == "incomplete" for i in v.items)
-    return {"scenario": v.scenario, "verdict": v.verdict, "label": v.label, "waived": v.waived_must(), "cells": [cells.get(a) for a in areas],
-            "reasons": v.reasons, "run": run,
-            "report": f"{run}/report.html" if run else None, "summary": f"{run}/summary.md" if run else None,
-            "log": _rel(out, cyc.get("log")), "wall": cyc.get("wall_s"),
-            "versions": [v.versions.get(c) or "–" for c in COMPONENTS],
-            "warnings": [f"{i.key}: {i.message}" for i in v.items if i.level == "warn" and i.status == "fail"]
-            + ([f"{not_evaluated} non-blocking check(s) not evaluated (e.g. opt-in perf/accuracy not requested)"]
-               if not_evaluated else []),
-            "counts": _counts(v)}
+    return ScenarioRow(
+        scenario=v.scenario, verdict=v.verdict, label=v.label, waived=v.waived_must(), cells=[cells.get(a) for a in areas],
+        reasons=v.reasons, run=run,
+        report=f"{run}/report.html" if run else None, summary=f"{run}/summary.md" if run else None,
+        log=_rel(out, cyc.get("log")), wall=cyc.get("wall_s"),
+        versions=[v.versions.get(c) or "–" for c in COMPONENTS],
+        warnings=[f"{i.key}: {i.message}" for i in v.items if i.level == "warn" and i.status == "fail"]
+        + ([f"{not_evaluated} non-blocking check(s) not evaluated (e.g. opt-in perf/accuracy not requested)"]
+           if not_evaluated else []),
+        counts=_counts(v))
 
 
 def _counts(v: gate.Verdict) -> dict[str, int]:
@@ -82,7 +164,7 @@ def _counts(v: gate.Verdict) -> dict[str, int]:
 # ------------------------------------------------------------------------------------ markdown
 
 
-def release_md(out: Path, doc: dict[str, Any]) -> str:
+def release_md(out: Path, doc: ReleaseDoc) -> str:
     view = _view(out, doc)
     lines = _header_md(doc, len(view["rows"])) + _matrix_md(view)
     lines += ["", "## Why not PASS", ""]
@@ -103,7 +185,7 @@ def _listed_md(title: str, items: list[tuple[str, Any]]) -> list[str]:
     return ["", f"## {title}", "", *(f"- {md(s)}: {md(x)}" for s, x in items)] if items else []
 
 
-def _header_md(doc: dict[str, Any], scenarios: int) -> list[str]:
+def _header_md(doc: ReleaseDoc, scenarios: int) -> list[str]:
     t = doc["timings"]
     lines = [f"# k3lab release: {_overall(doc)}{'' if doc.get('live', True) else ' (static only)'}", "",
              *([STATIC_ONLY, ""] if not doc.get("live", True) else []),
@@ -118,7 +200,7 @@ def _header_md(doc: dict[str, Any], scenarios: int) -> list[str]:
     return lines
 
 
-def _matrix_md(view: dict[str, Any]) -> list[str]:
+def _matrix_md(view: ReleaseView) -> list[str]:
     lines = ["## Scenario × area", "",
              "| scenario | verdict | " + " | ".join(md(a) for a in view["areas"]) + " | run |",
              "|---|---|" + "---|" * len(view["areas"]) + "---|"]
@@ -173,7 +255,7 @@ Host load {{ doc.host.load }}, {{ doc.host.cpus }} CPUs. k3lab {{ doc.k3lab }}, 
 """
 
 
-def release_html(out: Path, doc: dict[str, Any]) -> str:
+def release_html(out: Path, doc: ReleaseDoc) -> str:
     return render_html(_HTML, **_view(out, doc))
 
 
@@ -186,7 +268,7 @@ def _x(text: str) -> str:
     return printable(redact(text))
 
 
-def release_junit(doc: dict[str, Any]) -> str:
+def release_junit(doc: ReleaseDoc) -> str:
     root = ET.Element("testsuites", name="k3lab release", tests="0", failures="0", errors="0",
                       time=f"{float(doc.get('timings', {}).get('total_s', 0.0)):.3f}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -227,7 +309,7 @@ def release_junit(doc: dict[str, Any]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_all(out: Path, doc: dict[str, Any], shown_in: Path | None = None) -> dict[str, Path]:
+def write_all(out: Path, doc: ReleaseDoc, shown_in: Path | None = None) -> dict[str, Path]:
     """release.md, release.html and junit.xml into ``out`` through the one writer; links are relative to
     ``shown_in`` (where ``out``, a staging directory, will be), ``out`` itself by default."""
     where = shown_in or out

@@ -1,9 +1,10 @@
 """Acceptance reports for a run directory: ``summary.md`` and a self-contained ``report.html``.
 
 ``write_reports(run_dir)`` reads ``plan.json``, ``run-state.json`` and ``conformance-results.json``
-(written by ``k3lab.conform.plugin``; ``junit.xml`` is parsed when it is missing) and leaves
-``junit.xml`` untouched. Every value may come from an inventory, so all of it is escaped, and the
-value of ``$K3LAB_API_KEY`` is redacted wherever it appears.
+(written by ``k3lab.conform.plugin``: the run's only record of its results; a run without it has none).
+``junit.xml`` is output only: never read for results; a failed run's diagnosis is appended to it. Every
+value may come from an inventory, so all of it is escaped, and the value of ``$K3LAB_API_KEY`` is redacted
+wherever it appears.
 
 ``k3lab report RUN`` rebuilds them with the gate's verdict (k3lab.reports.runreports).
 """
@@ -11,13 +12,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import math
 import os
 import platform
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from k3lab import __version__, outputs
@@ -26,12 +26,15 @@ from k3lab.errors import InputError, printable
 from k3lab.model import apikey, runs
 from k3lab.reports import diagreport, failures
 from k3lab.reports.reportsvg import topology_svg
+from k3lab.reports.rows import Check, VerdictDoc
 from k3lab.reports.templating import Markup, render_html
 
 SECRET_ENV = apikey.ENV
 REDACTED = apikey.REDACTED
 FAILED = ("failed", "error")
 NO_NODE = "deployment"  # matrix row for checks that are not about one node
+NO_RESULTS = "none"  # a run whose suite did not run or did not finish: no conformance-results.json
+JUNIT_NOT_READ = " (no conformance-results.json; junit.xml is output only, not read)"
 
 
 redact = apikey.redact
@@ -51,18 +54,40 @@ def _scrub(value: Any) -> Any:
 # ------------------------------------------------------------------------------------- loading
 
 
+class Skipped(TypedDict):
+    """A check that did not run here (the reports' 'Skipped and not applicable' table)."""
+
+    nodeid: str
+    node: str | None
+    reason: str
+    not_applicable: bool  # the gate's policy lists its reason
+
+
+class Cell(TypedDict):
+    """One node x area cell of the HTML matrix."""
+
+    cls: str  # cell_class
+    text: str  # passed/total
+    title: str  # the outcome counts, its tooltip
+
+
+class MatrixRow(TypedDict):
+    name: str  # a plan node, or NO_NODE
+    cells: list[Cell]  # one per area
+
+
 @dataclass
 class Run:
     dir: Path
     plan: dict[str, Any]
     state: dict[str, Any]
-    tests: list[dict[str, Any]]
+    tests: list[Check]
     source: str  # where the results came from
     exitstatus: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # artefacts left out: file and field
     preflight: dict[str, Any] = field(default_factory=dict)  # preflight.json: findings, accepted ones
-    gate: dict[str, Any] | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
+    gate: VerdictDoc | None = None  # the gate's verdict of this run (k3lab.reports.runreports), when judged
     collected: list[str] | None = None  # what the suite collected (conformance-results.json)
     deselected: int = 0
     evidence: dict[str, list[str]] = field(default_factory=dict)  # group -> files (_evidence_files), walked once
@@ -86,7 +111,8 @@ class Run:
     @property
     def verdict_label(self) -> str:
         """The verdict as the reports say it: the gate's label ('PASS with N waived MUST checks', #35) when judged."""
-        return str((self.gate or {}).get("label") or self.verdict)
+        label = self.gate.get("label") if self.gate else None
+        return str(label or self.verdict)
 
     @property
     def verdict(self) -> str:
@@ -148,18 +174,9 @@ def load(run_dir: str | Path) -> Run:
     state = _artefact(runs.run_state, run_dir, runs.RUN_STATE, problems)
     results = _artefact(runs.results, run_dir, runs.RESULTS, problems)
     if results.get("tests") is not None:
-        tests, source = results["tests"], "conformance-results.json"
-    elif (run_dir / "junit.xml").exists() or (run_dir / "junit.xml").is_symlink():
-        try:
-            runs.inside(run_dir / "junit.xml")
-            tests, source = _scrub(read_junit(run_dir / "junit.xml")), "junit.xml"
-        except ET.ParseError:
-            tests, source = [], "junit.xml (unreadable)"
-        except InputError as exc:  # a FIFO, a device, a huge file: named, left out
-            problems.append(str(exc))
-            tests, source = [], "junit.xml (unreadable)"
-    else:
-        tests, source = [], "none"
+        tests, source = results["tests"], runs.RESULTS
+    else:  # junit.xml is output only (a CI's view of the suite); the run's results are the plugin's record
+        tests, source = [], NO_RESULTS + (JUNIT_NOT_READ if (run_dir / "junit.xml").exists() else "")
     run = Run(run_dir, plan, state, [], source, results.get("exitstatus"), results.get("versions") or {},
               problems)
     run.tests = [_normalise(t, run.node_names) for t in tests]
@@ -167,44 +184,6 @@ def load(run_dir: str | Path) -> Run:
     run.collected, run.deselected = results.get("collected"), results.get("deselected") or 0
     run.evidence = _walk_evidence(run_dir, run.problems)
     return run
-
-
-def read_junit(path: Path) -> list[dict[str, Any]]:
-    """The kit's one JUnit reader: a row per testcase (the report's fallback when the plugin's results
-    file is missing; the fault matrix's failure texts, ``detail`` being the failure's body)."""
-    rows = []
-    from k3lab.model import safeyaml
-
-    text = safeyaml.read_capped(path, path.name, runs.MAX_BYTES)  # regular file, size cap
-    for case in ET.fromstring(text.encode()).iter("testcase"):
-        classname, name = case.get("classname", ""), case.get("name", "")
-        if classname == "k3lab.diagnosis":  # the diagnosis the report added (k3lab.reports.diagreport), not a check
-            continue
-        outcome, message, detail = "passed", "", ""
-        for tag, out in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
-            el = case.find(tag)
-            if el is not None:
-                outcome, message, detail = out, el.get("message", ""), el.text or ""
-                break
-        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
-        module = classname.rsplit(".", 1)[-1]
-        rows.append({"nodeid": f"{classname.replace('.', '/')}.py::{name}" if classname else name,
-                     "area": props.get("conformance.area") or module.removeprefix("test_") or "other",
-                     "node": props.get("conformance.node"), "outcome": outcome,
-                     "duration": _seconds(path, name, case.get("time")), "properties": props, "message": message,
-                     "detail": detail})
-    return rows
-
-
-def _seconds(path: Path, case: str, text: str | None) -> float:
-    """A testcase's ``time``: a finite number >= 0, else an InputError naming the file and the testcase."""
-    try:
-        value = float(text or 0)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise InputError(f"{path}: testcase {case!r}: time={text!r} is not a number of seconds >= 0")
-    return value
 
 
 def _node(t: dict[str, Any], nodeid: str, names: list[str]) -> str | None:
@@ -215,15 +194,15 @@ def _node(t: dict[str, Any], nodeid: str, names: list[str]) -> str | None:
     return next((n for n in (param, param.split(":")[0]) if n in names), None)
 
 
-def _normalise(t: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def _normalise(t: dict[str, Any], names: list[str]) -> Check:
+    """A row of the validated, redacted results (ResultRow.model_dump) as the reports read it."""
     nodeid = str(t.get("nodeid", "?"))
-    props = t.get("properties") or {}
-    if isinstance(props, list):
-        props = {str(k): str(v) for k, v in props}
+    props: dict[str, str] = t.get("properties") or {}
     meta = {key: str(t.get(key) or props.get(f"conformance.{key}") or "") for key in ("area", "id", "must")}
-    return {"nodeid": nodeid, "area": meta["area"] or "other", "id": meta["id"], "must": meta["must"],
-            "node": _node(t, nodeid, names), "outcome": str(t.get("outcome", "error")),
-            "duration": float(t.get("duration") or 0), "properties": props, "message": str(t.get("message") or "")}
+    return Check(nodeid=nodeid, area=meta["area"] or "other", id=meta["id"], must=meta["must"],
+                 node=_node(t, nodeid, names), outcome=str(t.get("outcome", "error")),
+                 duration=float(t.get("duration") or 0), properties=props, message=str(t.get("message") or ""),
+                 na_reason=t.get("na_reason"))
 
 
 # ------------------------------------------------------------------------------------- tallies
@@ -365,12 +344,12 @@ def _gate_md(run: Run) -> list[str]:
     return ["## Why not PASS", "", *[f"- {md(r)}" for r in run.gate["reasons"]], ""]
 
 
-def skipped(run: Run) -> list[dict[str, Any]]:
+def skipped(run: Run) -> list[Skipped]:
     """Every check that did not run here, with its reason; ``not_applicable`` when the gate's policy lists
     the reason (the check does not apply to this scenario), else it counts as not evaluated."""
-    na = {i["key"]: i for i in (run.gate or {}).get("items", []) if i.get("status") == "na"}
-    return [{"nodeid": t["nodeid"], "node": t["node"], "reason": t["message"].removeprefix("Skipped: ") or "(no reason given)",
-             "not_applicable": t["nodeid"] in na}
+    na = {i["key"]: i for i in (run.gate.get("items", []) if run.gate else []) if i.get("status") == "na"}
+    return [Skipped(nodeid=t["nodeid"], node=t["node"],
+                    reason=t["message"].removeprefix("Skipped: ") or "(no reason given)", not_applicable=t["nodeid"] in na)
             for t in run.tests if t["outcome"] in ("skipped", "xfailed")]
 
 
@@ -532,7 +511,7 @@ def report_html(run: Run, diagnosis: Diagnosis | None = None) -> str:
         skipped=skipped(run), generated=_now(), version=__version__)
 
 
-def _matrix_rows(run: Run) -> list[dict[str, Any]]:
+def _matrix_rows(run: Run) -> list[MatrixRow]:
     """Node x area: passed/total per cell, its class, and the outcome counts as its tooltip."""
     rows, areas, cells = _cells(run)
     out = []
@@ -546,18 +525,18 @@ def _matrix_rows(run: Run) -> list[dict[str, Any]]:
                 title = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
             else:
                 text, title = "–", "no checks"
-            tds.append({"cls": cell_class(counts), "text": text, "title": title})
-        out.append({"name": row, "cells": tds})
+            tds.append(Cell(cls=cell_class(counts), text=text, title=title))
+        out.append(MatrixRow(name=row, cells=tds))
     return out
 
 
 # --------------------------------------------------------------------------------------- entry
 
 
-def write_reports(run_dir: str | Path, gate: dict[str, Any] | None = None, run: Run | None = None) -> dict[str, Path]:
+def write_reports(run_dir: str | Path, gate: VerdictDoc | None = None, run: Run | None = None) -> dict[str, Path]:
     """Write summary.md and report.html into RUN_DIR; returns them (and junit.xml when present).
     ``gate``: the run's verdict as the gate decided it (k3lab.reports.runreports.rebuild passes it);
-    ``run``: the run already loaded (a large junit.xml is parsed once less)."""
+    ``run``: the run already loaded (its results are read once)."""
     run = run or load(run_dir)
     run.gate = gate
     out = {"summary": run.dir / "summary.md", "html": run.dir / "report.html"}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from k3lab.errors import printable
+from k3lab.reports.rows import Check
 
 FAILED = ("failed", "error")
 ROLE_ORDER = ("prefill", "decode", "mixed", "metaservice")
@@ -103,10 +104,10 @@ def _layout(plan: dict[str, Any]) -> _Layout:
     return _Layout(roles, columns, col_x, meta_host, meta_box_is_node, has_meta, frame_bottom + 22)
 
 
-def _outcomes_per_node(tests: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def _outcomes_per_node(tests: list[Check]) -> dict[str, dict[str, int]]:
     per_node: dict[str, dict[str, int]] = {}
     for t in tests:
-        if t.get("node"):
+        if t["node"]:
             counts = per_node.setdefault(t["node"], {})
             counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
     return per_node
@@ -178,7 +179,7 @@ def _defs() -> str:
         f'<path d="M0,0 L10,5 L0,10 z" class="head {k}"/></marker>' for k in ("api", "kv", "pool")) + "</defs>"
 
 
-def topology_svg(plan: dict[str, Any], tests: list[dict[str, Any]], marked: dict[str, list[str]] | None = None) -> str:
+def topology_svg(plan: dict[str, Any], tests: list[Check], marked: dict[str, list[str]] | None = None) -> str:
     """Nodes as boxes in one column per role; proxy and MetaService as service boxes; arrows between.
     ``marked``: node -> why a failure or the diagnosis names it (outlined red like a node with a failed check)."""
     expect, nodes = plan.get("expect", {}), plan.get("nodes", [])

@@ -14,6 +14,7 @@ import datetime as _dt
 import json
 import shlex
 from pathlib import Path
+from typing import Any, TypedDict
 
 from k3lab import formats, outputs, paths
 from k3lab.conform import benchparse
@@ -26,7 +27,35 @@ from k3lab.reports import report
 GATED = ("output_throughput", "request_throughput", "mean_ttft_ms", "mean_tpot_ms")
 
 
-def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dict]:
+class Hardware(TypedDict):
+    platform: str | None
+    nodes: int
+    driver: str | None  # as versions.json read it from the nodes
+    npu_smi: str | None
+
+
+class Provenance(TypedDict):
+    run: str
+    scenario: str
+    target: str
+    recorded: str  # when this baseline was written (UTC, ISO 8601)
+    measured: str | None  # the bench result's own date
+    command: str | None  # the saved vllm bench serve command line
+    versions: dict[str, str | None]  # versions.json's summary
+    hardware: Hardware
+
+
+class Baseline(TypedDict):
+    """A baseline file as conformance/perf.py reads it (benchparse.parse_baseline), with its provenance."""
+
+    source: str
+    workload: dict[str, Any]  # vllm bench serve's num_prompts, max_concurrency, request_rate, random lengths
+    metrics: dict[str, float]  # GATED metric -> value
+    threshold: float
+    provenance: Provenance
+
+
+def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, Baseline]:
     """(scenario, baseline document) of a run directory; UsageError when it cannot be one."""
     run_dir = Path(run_dir)
     run, sid, target = _lab_run(run_dir)
@@ -40,23 +69,23 @@ def build(run_dir: str | Path, threshold: float | None = None) -> tuple[str, dic
     workload = {k: result[k] for k in ("num_prompts", "max_concurrency", "request_rate") if result.get(k) is not None}
     command = _bench_command(run_dir, workload)
     summary = versions.load(run_dir).get("summary") or {}
-    doc = {
-        "source": f"k3lab baseline record {run_dir.name}",
-        "workload": workload,
-        "metrics": metrics,
-        "threshold": threshold if threshold is not None else benchparse.THRESHOLD,
-        "provenance": {
-            "run": run.state.get("run") or run_dir.name,
-            "scenario": sid,
-            "target": target,
-            "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "measured": result.get("date"),
-            "command": command,
-            "versions": summary,
-            "hardware": {"platform": (run.plan or {}).get("platform"), "nodes": len(run.node_names),
-                         "driver": summary.get("driver"), "npu_smi": summary.get("npu_smi")},
-        },
-    }
+    doc = Baseline(
+        source=f"k3lab baseline record {run_dir.name}",
+        workload=workload,
+        metrics=metrics,
+        threshold=threshold if threshold is not None else benchparse.THRESHOLD,
+        provenance=Provenance(
+            run=run.state.get("run") or run_dir.name,
+            scenario=sid,
+            target=target,
+            recorded=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            measured=result.get("date"),
+            command=command,
+            versions=summary,
+            hardware=Hardware(platform=(run.plan or {}).get("platform"), nodes=len(run.node_names),
+                              driver=summary.get("driver"), npu_smi=summary.get("npu_smi")),
+        ),
+    )
     benchparse.parse_baseline(json.dumps(doc, allow_nan=False))  # what conformance/perf.py will read must parse
     return sid, doc
 
@@ -80,7 +109,8 @@ def _lab_run(run_dir: Path):
     return run, sid, target
 
 
-def _bench_result(run_dir: Path) -> dict:
+def _bench_result(run_dir: Path) -> dict[str, Any]:
+    """vllm bench serve's result document (vllm's schema, not this kit's: each value is checked where read)."""
     result_path = runs.within(run_dir, "evidence/bench/perf-result.json")
     if not result_path.is_file():
         raise UsageError(f"{run_dir}: no evidence/bench/perf-result.json (run the cycle with -- --perf)")
@@ -90,7 +120,7 @@ def _bench_result(run_dir: Path) -> dict:
         raise UsageError(f"{result_path}: not a vllm bench serve result: {exc}") from None
 
 
-def _bench_command(run_dir: Path, workload: dict) -> str | None:
+def _bench_command(run_dir: Path, workload: dict[str, Any]) -> str | None:
     """The saved vllm bench serve command line; its random lengths join ``workload`` (not in the result)."""
     argv = runs.within(run_dir, "evidence/bench/perf-argv.txt")
     if not argv.is_file():

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from k3lab import formats, outputs, settings
 from k3lab.launch import suite
@@ -26,7 +26,13 @@ from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
 
 
-def render_preflight(repeat: int = 5) -> dict:
+class RenderPreflight(TypedDict):
+    all_twelve_s_median: float  # render + preflight of every scenario in-process, one round
+    all_twelve_s_runs: list[float]
+    per_scenario_s_median: dict[str, float]
+
+
+def render_preflight(repeat: int = 5) -> RenderPreflight:
     per: dict[str, list[float]] = {sid: [] for sid in catalog.SCENARIOS}
     totals = []
     for _ in range(repeat):
@@ -37,14 +43,33 @@ def render_preflight(repeat: int = 5) -> dict:
             preflight.run(r.plan, r.files)
             per[sid].append(time.perf_counter() - t)
         totals.append(time.perf_counter() - t0)
-    return {"all_twelve_s_median": statistics.median(totals), "all_twelve_s_runs": totals,
-            "per_scenario_s_median": {k: statistics.median(v) for k, v in per.items()}}
+    return RenderPreflight(all_twelve_s_median=statistics.median(totals), all_twelve_s_runs=totals,
+                           per_scenario_s_median={k: statistics.median(v) for k, v in per.items()})
 
 
 CLI_TARGET_S = 4.0  # issue #13: the 24 processes on this machine (2 cores), best round
 
 
-def cli_processes(repeat: int = 3) -> dict:
+class CliRound(TypedDict):
+    wall_s: float  # the 24 processes in sequence
+    cpu_s: float  # user + sys of the children
+    load_1m: float
+    per_process_s: dict[str, float]  # "render <scenario>" / "preflight <scenario>" -> seconds
+
+
+class CliProcesses(TypedDict):
+    processes: int
+    target_s: float
+    best_wall_s: float
+    meets_target: bool
+    floor_import_pydantic_yaml_s: float  # as many interpreters that only import pydantic and yaml
+    best_cpu_s: float
+    median_wall_s: float
+    load_average: tuple[float, float, float]
+    rounds: list[CliRound]
+
+
+def cli_processes(repeat: int = 3) -> CliProcesses:
     """``k3lab render`` and ``k3lab preflight`` for all twelve scenarios, each its own CLI process, in sequence.
 
     What a user or a CI script pays: interpreter start, imports, rendering, checks. Wall time is
@@ -59,7 +84,7 @@ def cli_processes(repeat: int = 3) -> dict:
     # as on a user's machine: byte-code cached (this sandbox sets PYTHONDONTWRITEBYTECODE); one warm-up run
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run(cmd + ["list"], env=env, capture_output=True, timeout=120)
-    rounds: list[dict[str, Any]] = []
+    rounds: list[CliRound] = []
     tick = formats.ticker("bench")
     for n in range(1, repeat + 1):
         out = Path(tempfile.mkdtemp(prefix="k3lab-bench-"))
@@ -80,8 +105,7 @@ def cli_processes(repeat: int = 3) -> dict:
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        rounds.append({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_1m": os.getloadavg()[0],
-                       "per_process_s": per})
+        rounds.append(CliRound(wall_s=round(wall, 3), cpu_s=round(cpu, 3), load_1m=os.getloadavg()[0], per_process_s=per))
     best = min(rounds, key=lambda r: r["wall_s"])
     # the floor on this machine right now: the same number of interpreters that only import pydantic and yaml
     formats.log("bench", f"  the floor: {2 * len(catalog.SCENARIOS)} interpreters importing pydantic and yaml")
@@ -90,11 +114,11 @@ def cli_processes(repeat: int = 3) -> dict:
         subprocess.run([sys.executable, "-c", "import yaml; from pydantic import BaseModel"], env=env, timeout=60)
         tick(f"  the floor: {n}/{2 * len(catalog.SCENARIOS)} interpreters")
     floor = time.perf_counter() - t0
-    return {"processes": 2 * len(catalog.SCENARIOS), "target_s": CLI_TARGET_S, "best_wall_s": best["wall_s"],
-            "meets_target": best["wall_s"] < CLI_TARGET_S,
-            "floor_import_pydantic_yaml_s": round(floor, 3),
-            "best_cpu_s": min(r["cpu_s"] for r in rounds), "median_wall_s": statistics.median(r["wall_s"] for r in rounds),
-            "load_average": os.getloadavg(), "rounds": rounds}
+    return CliProcesses(processes=2 * len(catalog.SCENARIOS), target_s=CLI_TARGET_S, best_wall_s=best["wall_s"],
+                        meets_target=best["wall_s"] < CLI_TARGET_S, floor_import_pydantic_yaml_s=round(floor, 3),
+                        best_cpu_s=min(r["cpu_s"] for r in rounds),
+                        median_wall_s=statistics.median(r["wall_s"] for r in rounds),
+                        load_average=os.getloadavg(), rounds=rounds)
 
 
 def _peak_memory_mb(run) -> dict[str, float]:
@@ -142,12 +166,37 @@ def _container_start_s() -> float:
         c.remove(force=True)
 
 
-def live(scenario: str, conformance: bool = True) -> dict:
+class Floor(TypedDict):
+    """The floor of a bring-up: one container start, then per stage one process start and its load."""
+
+    value: float
+    container_start_s: float
+    process_start_s: float
+    load_s: float
+    stages: int
+
+
+class LiveCycle(TypedDict, total=False):
+    """One scenario's live cycle on the simulator; filled as far as the cycle got."""
+
+    timings: dict[str, float | None]  # run-state timings (up_s, per stage), teardown_s
+    peak_memory_mb: dict[str, float]  # node -> its container's peak
+    engine_rss_mb: dict[str, float]  # node -> its engine's VmRSS
+    floor_s: Floor
+    up_over_floor: float
+    exec_round_trips_per_node: dict[str, int]
+    conformance_s: float
+    conformance_summary: str  # pytest's closing line
+    cycle_s: float
+
+
+def live(scenario: str, conformance: bool = True) -> LiveCycle:
     from k3lab.launch import lifecycle
 
     t0 = time.perf_counter()
     run = lifecycle.up(scenario, None, {}, "sim")
-    result: dict[str, Any] = {"timings": dict(run.timings)}
+    timings: dict[str, float | None] = dict(run.timings)
+    result = LiveCycle(timings=timings)
     try:
         result["peak_memory_mb"] = _peak_memory_mb(run)
         result["engine_rss_mb"] = _engine_rss_mb(run)
@@ -155,8 +204,8 @@ def live(scenario: str, conformance: bool = True) -> dict:
         start = _container_start_s()
         proc = _process_start_s(run)
         floor = start + len(run.plan.stages) * (proc + load)
-        result["floor_s"] = {"value": round(floor, 2), "container_start_s": round(start, 2),
-                             "process_start_s": round(proc, 2), "load_s": load, "stages": len(run.plan.stages)}
+        result["floor_s"] = Floor(value=round(floor, 2), container_start_s=round(start, 2),
+                                  process_start_s=round(proc, 2), load_s=load, stages=len(run.plan.stages))
         result["up_over_floor"] = round(run.timings["up_s"] / floor, 2)
         if conformance:
             t = time.perf_counter()
@@ -169,7 +218,7 @@ def live(scenario: str, conformance: bool = True) -> dict:
             result["conformance_summary"] = (proc_res.stdout.strip().splitlines() or [""])[-1]
     finally:
         lifecycle.down(run)
-        result["timings"]["teardown_s"] = run.timings.get("teardown_s")
+        timings["teardown_s"] = run.timings.get("teardown_s")
         result["cycle_s"] = round(time.perf_counter() - t0, 2)
     return result
 
@@ -186,15 +235,33 @@ def round_trips(directory: str) -> dict[str, int]:
 STAGES_TARGET_S = 10.0
 
 
-def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
+class LabCycle(TypedDict, total=False):
+    """The emulated-lab cycle (or why it was skipped), filled as far as it got."""
+
+    skipped: str
+    labemu_up_s: float
+    cycle_s: float
+    exit: int
+    conformance_summary: str
+    exec_round_trips_per_node: dict[str, int]
+    exec_round_trips_max: int
+    load_average: tuple[float, float, float]
+    timings: dict[str, float]
+    stages_s: float  # host + hardware stage (issue #21)
+    stages_meet_target: bool
+    endpoints: list[str]  # the endpoint kinds the nodes were reached over (ssh, tcp)
+    up_s: float
+
+
+def lab_cycle(scenario: str = "a3_pd_1m") -> LabCycle:
     """The emulated-lab cycle over ssh:// and tcp:// endpoints: wall time and round trips per node."""
     import shutil
 
     if os.geteuid() != 0 or not shutil.which("nsenter"):
-        return {"skipped": "needs root and nsenter (k3lab labemu)"}
+        return LabCycle(skipped="needs root and nsenter (k3lab labemu)")
     from k3lab.launch import labemu
 
-    result: dict = {}
+    result = LabCycle()
     with tempfile.TemporaryDirectory() as tmp:
         inv = Path(tmp) / "lab.yaml"
         t = time.perf_counter()
@@ -211,8 +278,8 @@ def lab_cycle(scenario: str = "a3_pd_1m") -> dict:
             result["exit"] = res.returncode
             result["conformance_summary"] = next((ln.strip("= ") for ln in reversed(res.stdout.splitlines())
                                                   if " passed" in ln or " failed" in ln), "")
-            result["exec_round_trips_per_node"] = round_trips(str(trips))
-            result["exec_round_trips_max"] = max(result["exec_round_trips_per_node"].values(), default=0)
+            per_node = result["exec_round_trips_per_node"] = round_trips(str(trips))
+            result["exec_round_trips_max"] = max(per_node.values(), default=0)
             result["load_average"] = os.getloadavg()
             for state in (Path(tmp) / "runs").glob("*/run-state.json"):  # where the cycle's time went
                 timings = runs.run_state(state.parent).timings
@@ -256,7 +323,23 @@ def _capped(argv: list[str], cwd: str, env: dict, cap_s: float = 300) -> tuple[i
     return proc.returncode, out
 
 
-def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
+class FailFastRow(TypedDict):
+    """One fault of the fail-fast benchmark: how soon and how well the cycle said what broke."""
+
+    node: str
+    seconds: float  # cycle start to exit
+    exit: int
+    names_node_and_host: bool
+    names_cause: bool
+    left_behind: list[str]  # "host: containers" still there after the exit
+    meets_target: bool
+
+
+# the settings (load_s, hccs_ping_s, target_s; or skipped), then a FailFastRow per fault id of FAIL_FAST
+FailFast = dict[str, "float | str | FailFastRow"]
+
+
+def lab_fail_fast(scenario: str = "a3_pd_1m") -> FailFast:
     """Per fault: seconds from the start of ``k3lab cycle`` to its exit, the exit code, whether the output
     names the node, its host and the cause, and what was left on the hosts."""
     import shutil
@@ -268,7 +351,7 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
 
     from k3lab.launch import labemu
 
-    result: dict = {"load_s": FAIL_FAST_LOAD_S, "hccs_ping_s": FAIL_FAST_HCCS_PING_S, "target_s": 60}
+    result: FailFast = {"load_s": FAIL_FAST_LOAD_S, "hccs_ping_s": FAIL_FAST_HCCS_PING_S, "target_s": 60}
     model_dir = Path(__import__("k3lab.tools.faults", fromlist=["rendered"]).rendered(scenario).plan.expect.model_path).name
     with tempfile.TemporaryDirectory() as tmp:
         inv = Path(tmp) / "lab.yaml"
@@ -285,10 +368,10 @@ def lab_fail_fast(scenario: str = "a3_pd_1m") -> dict:
                                       "K3LAB_RUNS": str(Path(tmp) / "runs")})
                 seconds = round(time.perf_counter() - t, 2)
                 left = [r for r in labemu.status() if r["containers"] not in ("none", "-")]
-                result[fault] = {"node": node, "seconds": seconds, "exit": code,
-                                 "names_node_and_host": f"{node} ({hosts[node]})" in text, "names_cause": cause in text,
-                                 "left_behind": [f"{r['host']}: {r['containers']}" for r in left],
-                                 "meets_target": seconds <= 60 and code == 1 and cause in text and not left}
+                result[fault] = FailFastRow(node=node, seconds=seconds, exit=code,
+                                            names_node_and_host=f"{node} ({hosts[node]})" in text, names_cause=cause in text,
+                                            left_behind=[f"{r['host']}: {r['containers']}" for r in left],
+                                            meets_target=seconds <= 60 and code == 1 and cause in text and not left)
                 labemu.repair()
         finally:
             labemu.down()
@@ -328,7 +411,24 @@ def _diagnosis_run(root: Path, nodes: int = 17, total_mb: int = 100) -> Path:
     return root
 
 
-def diagnosis(repeat: int = 3) -> dict:
+class DiagnosisBench(TypedDict):
+    nodes: int
+    log_mb: float
+    best_s: float
+    runs_s: list[float]
+    best_cpu_s: float
+    cpu_runs_s: list[float]
+    load_average: tuple[float, float, float]
+    mb_per_s: float
+    preempted: int  # involuntary context switches: the CPU taken away
+    waits: int  # voluntary ones: I/O
+    blocks_read: int
+    judged_on: str  # wall, or cpu on a busy machine
+    meets_target: bool
+    top: str | None  # the top cause found, <cause>@<node>
+
+
+def diagnosis(repeat: int = 3) -> DiagnosisBench:
     """``k3lab.diagnosis`` on a 17-node failed run with 100 MB of logs (the root cause on d3).
 
     The work is CPU only (the logs are in the page cache, no subprocess): wall above CPU time is other jobs'
@@ -355,14 +455,14 @@ def diagnosis(repeat: int = 3) -> dict:
             top = d.top
         after = resource.getrusage(resource.RUSAGE_SELF)
         busy = min(times) > 1.3 * min(cpu)
-        return {"nodes": 17, "log_mb": round(size / 2**20, 1), "best_s": min(times), "runs_s": times,
-                "best_cpu_s": min(cpu), "cpu_runs_s": cpu, "load_average": os.getloadavg(),
-                "mb_per_s": round(size / 2**20 / min(times), 1),
-                "preempted": after.ru_nivcsw - before.ru_nivcsw, "waits": after.ru_nvcsw - before.ru_nvcsw,
-                "blocks_read": after.ru_inblock - before.ru_inblock,
-                "judged_on": "cpu (machine busy: wall > 1.3 x CPU)" if busy else "wall",
-                "meets_target": (min(cpu) if busy else min(times)) < DIAGNOSIS_TARGET_S,
-                "top": f"{top.cause.id}@{top.node}" if top else None}
+        return DiagnosisBench(nodes=17, log_mb=round(size / 2**20, 1), best_s=min(times), runs_s=times,
+                              best_cpu_s=min(cpu), cpu_runs_s=cpu, load_average=os.getloadavg(),
+                              mb_per_s=round(size / 2**20 / min(times), 1),
+                              preempted=after.ru_nivcsw - before.ru_nivcsw, waits=after.ru_nvcsw - before.ru_nvcsw,
+                              blocks_read=after.ru_inblock - before.ru_inblock,
+                              judged_on="cpu (machine busy: wall > 1.3 x CPU)" if busy else "wall",
+                              meets_target=(min(cpu) if busy else min(times)) < DIAGNOSIS_TARGET_S,
+                              top=f"{top.cause.id}@{top.node}" if top else None)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -377,50 +477,114 @@ def _step(what: str, fn: Callable[[], Any]) -> Any:
     return result
 
 
-def measure(out: str, scenarios: list[str], with_live: bool) -> dict[str, Any]:
+class Machine(TypedDict):
+    python: str
+    platform: str
+    cpus: int | None
+
+
+class BenchDoc(TypedDict):
+    """The whole document ``k3lab bench --out`` writes."""
+
+    machine: Machine
+    targets: dict[str, float | str]  # figure -> its target (issues #13, #21, #22)
+    render_preflight: RenderPreflight
+    cli_render_preflight: CliProcesses
+    diagnosis: DiagnosisBench
+    scenarios: NotRequired[dict[str, LiveCycle]]  # the live part (without --no-live)
+    lab_a3_pd_1m: NotRequired[LabCycle]
+    lab_fail_fast_a3_pd_1m: NotRequired[FailFast]
+
+
+def measure(out: str, scenarios: list[str], with_live: bool) -> BenchSummary:
     """Every benchmark, the whole document written to ``out``; returns the summary the CLI prints."""
     # checked before minutes of measuring; the default build/bench.json is rewritten on every run (nox -s bench)
     outputs.check_file(out, force=True, make_parent=True)
-    doc: dict[str, Any] = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
-           "targets": {"render_preflight_all_twelve_s": "well under 1",
-                       "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
-                       "k3_a3_pd_up_s": 30, "engine_rss_mb": 60, "diagnosis_17_nodes_100_mb_s": DIAGNOSIS_TARGET_S}}
-    doc["render_preflight"] = _step("render + preflight of all twelve scenarios in-process, 5 rounds", render_preflight)
-    doc["cli_render_preflight"] = _step(f"{2 * len(catalog.SCENARIOS)} k3lab render/preflight processes, 3 rounds",
-                                        cli_processes)
-    doc["diagnosis"] = _step("diagnosis of a 17-node run with 100 MB of logs, 3 rounds", diagnosis)
+    targets: dict[str, float | str] = {
+        "render_preflight_all_twelve_s": "well under 1", "cli_render_preflight_24_processes_s": CLI_TARGET_S,
+        "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60, "k3_a3_pd_up_s": 30, "engine_rss_mb": 60,
+        "diagnosis_17_nodes_100_mb_s": DIAGNOSIS_TARGET_S}
+    doc = BenchDoc(
+        machine=Machine(python=sys.version.split()[0], platform=platform.platform(), cpus=os.cpu_count()),
+        targets=targets,
+        render_preflight=_step("render + preflight of all twelve scenarios in-process, 5 rounds", render_preflight),
+        cli_render_preflight=_step(f"{2 * len(catalog.SCENARIOS)} k3lab render/preflight processes, 3 rounds",
+                                   cli_processes),
+        diagnosis=_step("diagnosis of a 17-node run with 100 MB of logs, 3 rounds", diagnosis))
     if with_live:
         doc["scenarios"] = {sid: _step(f"live cycle of {sid} on the simulator", functools.partial(live, sid))
                             for sid in scenarios}
-        doc["targets"]["lab_a3_pd_1m_cycle_s"] = 60
-        doc["targets"]["exec_round_trips_per_node"] = 10
-        doc["targets"]["lab_a3_pd_1m_stages_s"] = STAGES_TARGET_S
+        targets["lab_a3_pd_1m_cycle_s"] = 60
+        targets["exec_round_trips_per_node"] = 10
+        targets["lab_a3_pd_1m_stages_s"] = STAGES_TARGET_S
         doc["lab_a3_pd_1m"] = _step("emulated-lab cycle of a3_pd_1m", lambda: lab_cycle("a3_pd_1m"))
-        doc["targets"]["lab_fail_fast_s"] = 60
+        targets["lab_fail_fast_s"] = 60
         doc["lab_fail_fast_a3_pd_1m"] = _step("emulated-lab fail-fast faults", lambda: lab_fail_fast("a3_pd_1m"))
     outputs.write_file(Path(out), json.dumps(doc, indent=2))
     return summary(doc, out)
 
 
-def summary(doc: dict[str, Any], out: str) -> dict[str, Any]:
+class CliHeadline(TypedDict):
+    best_wall_s: float
+    meets_target: bool
+    best_cpu_s: float
+    median_wall_s: float
+    floor_import_pydantic_yaml_s: float
+    load_average: tuple[float, float, float]
+
+
+class DiagnosisHeadline(TypedDict):
+    best_s: float
+    best_cpu_s: float
+    meets_target: bool
+    judged_on: str
+    preempted: int
+    top: str | None
+    load_average: tuple[float, float, float]
+
+
+class ScenarioHeadline(TypedDict):
+    up_s: float | None
+    cycle_s: float
+    floor_s: float
+
+
+class BenchSummary(TypedDict):
+    """What ``k3lab bench`` prints (``--format json``): the headline figures of a BenchDoc."""
+
+    out: str
+    live: bool
+    render_preflight_all_twelve_s: float
+    cli_render_preflight_24_processes: CliHeadline
+    diagnosis_17_nodes_100_mb: DiagnosisHeadline
+    scenarios: dict[str, ScenarioHeadline]
+    lab_a3_pd_1m: dict[str, object]  # LabCycle's headline keys (LAB_HEADLINE) it has
+    lab_fail_fast_a3_pd_1m: FailFast | None
+
+
+LAB_HEADLINE = ("cycle_s", "up_s", "stages_s", "stages_meet_target", "exec_round_trips_max", "load_average", "skipped")
+
+
+def summary(doc: BenchDoc, out: str) -> BenchSummary:
     """What ``k3lab bench`` prints: the headline figures of ``doc`` (the whole document is in ``out``)."""
-    cli = doc["cli_render_preflight"]
-    return {"out": str(out), "live": "scenarios" in doc,
-            "render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
-            "cli_render_preflight_24_processes": {k: cli[k] for k in (
-                "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
-                "load_average")},
-            "diagnosis_17_nodes_100_mb": {k: doc["diagnosis"][k] for k in (
-                "best_s", "best_cpu_s", "meets_target", "judged_on", "preempted", "top", "load_average")},
-            "scenarios": {sid: {"up_s": r["timings"].get("up_s"), "cycle_s": r["cycle_s"], "floor_s": r["floor_s"]["value"]}
-                          for sid, r in doc.get("scenarios", {}).items()},
-            "lab_a3_pd_1m": {k: v for k, v in doc.get("lab_a3_pd_1m", {}).items()
-                             if k in ("cycle_s", "up_s", "stages_s", "stages_meet_target", "exec_round_trips_max",
-                                      "load_average", "skipped")},
-            "lab_fail_fast_a3_pd_1m": doc.get("lab_fail_fast_a3_pd_1m")}
+    cli, diag = doc["cli_render_preflight"], doc["diagnosis"]
+    return BenchSummary(
+        out=str(out), live="scenarios" in doc,
+        render_preflight_all_twelve_s=doc["render_preflight"]["all_twelve_s_median"],
+        cli_render_preflight_24_processes=CliHeadline(
+            best_wall_s=cli["best_wall_s"], meets_target=cli["meets_target"], best_cpu_s=cli["best_cpu_s"],
+            median_wall_s=cli["median_wall_s"], floor_import_pydantic_yaml_s=cli["floor_import_pydantic_yaml_s"],
+            load_average=cli["load_average"]),
+        diagnosis_17_nodes_100_mb=DiagnosisHeadline(
+            best_s=diag["best_s"], best_cpu_s=diag["best_cpu_s"], meets_target=diag["meets_target"],
+            judged_on=diag["judged_on"], preempted=diag["preempted"], top=diag["top"], load_average=diag["load_average"]),
+        scenarios={sid: ScenarioHeadline(up_s=r["timings"].get("up_s"), cycle_s=r["cycle_s"], floor_s=r["floor_s"]["value"])
+                   for sid, r in doc.get("scenarios", {}).items()},
+        lab_a3_pd_1m={k: v for k, v in doc.get("lab_a3_pd_1m", LabCycle()).items() if k in LAB_HEADLINE},
+        lab_fail_fast_a3_pd_1m=doc.get("lab_fail_fast_a3_pd_1m"))
 
 
-def print_summary(s: dict[str, Any]) -> None:
+def print_summary(s: BenchSummary) -> None:
     """The summary for people (``--format json`` prints it as JSON)."""
     cli, diag = s["cli_render_preflight_24_processes"], s["diagnosis_17_nodes_100_mb"]
     print(f"render + preflight, all twelve in-process: {s['render_preflight_all_twelve_s']:.3f}s (median)")
@@ -431,7 +595,8 @@ def print_summary(s: dict[str, Any]) -> None:
           f"top {diag['top']}")
     for sid, r in s["scenarios"].items():
         print(f"{sid}: up {r['up_s']}s, cycle {r['cycle_s']}s, floor {r['floor_s']}s")
-    for key in ("lab_a3_pd_1m", "lab_fail_fast_a3_pd_1m"):
-        if s.get(key):
-            print(f"{key}: {json.dumps(s[key])}")
+    if s["lab_a3_pd_1m"]:
+        print(f"lab_a3_pd_1m: {json.dumps(s['lab_a3_pd_1m'])}")
+    if s["lab_fail_fast_a3_pd_1m"]:
+        print(f"lab_fail_fast_a3_pd_1m: {json.dumps(s['lab_fail_fast_a3_pd_1m'])}")
     print(f"the whole document: {s['out']}" + ("" if s["live"] else " (--no-live: no live part)"))

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, NotRequired, TypedDict
 
 from k3lab import formats, outputs, settings
 from k3lab.conform import toolparse
@@ -32,6 +32,9 @@ from k3lab.model.plan import Process, Topology
 from k3lab.preflight import checks as preflight
 from k3lab.preflight import registry
 from k3lab.render import artefacts as render
+
+if TYPE_CHECKING:
+    from k3lab.model.checks import CheckInfo
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,10 @@ class Fault:
         return "static" if self.mutate else "lab" if self.lab else "host" if self.host else "live"
 
 
-_KNOWN: dict = {}
+_KNOWN: dict[str, CheckInfo] = {}
 
 
-def _known() -> dict:
+def _known() -> dict[str, CheckInfo]:
     """The registry by id, read once (the suite's marks are parsed from its files)."""
     if not _KNOWN:
         _KNOWN.update(registry.by_id())
@@ -341,38 +344,47 @@ _EDITED_D = {f"golden.test_staged_artefacts_match_rendered[d{i}]" for i in range
 _PD_REQUESTS = {"parsers.test_reasoning_is_parsed", "parsers.test_tool_call", "parsers.test_tool_call_not_forced",
                 "parsers.test_streaming_content_is_clean", "images.test_image_request", "parsers.test_openai_client_parses_responses"}
 
-def _unreachable_from_all(sid: str, node: str, dev: int) -> dict:
+Command = tuple[str, list[str]]  # (node, argv) run in that node's container
+
+
+class Injection(TypedDict):
+    """A running fault's ``running`` and ``revert`` commands (Fault's fields of the same names)."""
+
+    running: list[Command]
+    revert: list[Command]
+
+
+def _unreachable_from_all(sid: str, node: str, dev: int) -> Injection:
     """Every other node of the scenario loses the path to ``node``'s device ``dev`` (reverted in place)."""
     others = [n.name for n in siminventory.default(sid).nodes if n.name != node and n.role != "metaservice"]
-    return {"running": [(o, ["k3sim-fault", "add", "unreachable", f"@vnic:{node}:{dev}"]) for o in others],
-            "revert": [(o, ["k3sim-fault", "clear", "unreachable"]) for o in others]}
+    return Injection(running=[(o, ["k3sim-fault", "add", "unreachable", f"@vnic:{node}:{dev}"]) for o in others],
+                     revert=[(o, ["k3sim-fault", "clear", "unreachable"]) for o in others])
 
 
-def _conf_line_gone(node: str, dev: int) -> dict:
+def _conf_line_gone(node: str, dev: int) -> Injection:
     """``node``'s /etc/hccn.conf without device ``dev``'s address line (restored after the row)."""
     keep = "/tmp/k3lab-fault-hccn.conf"
-    return {"running": [(node, ["sh", "-c", f"cp /etc/hccn.conf {keep} && sed -i '/^address_{dev}=/d' /etc/hccn.conf"])],
-            "revert": [(node, ["sh", "-c", f"cp {keep} /etc/hccn.conf && rm -f {keep}"])]}
+    return Injection(running=[(node, ["sh", "-c", f"cp /etc/hccn.conf {keep} && sed -i '/^address_{dev}=/d' /etc/hccn.conf"])],
+                     revert=[(node, ["sh", "-c", f"cp {keep} /etc/hccn.conf && rm -f {keep}"])])
 
 
-def _stray(node: str, name: str, program: str) -> dict:
+def _stray(node: str, name: str, program: str) -> Injection:
     """Another process started on ``node`` after start-up, stopped again by its pid file."""
     pid = f"/tmp/k3lab-stray-{name}.pid"
-    return {"running": [(node, ["bash", "-c", f"nohup {program} >/dev/null 2>&1 & echo $! > {pid}"])],
-            "revert": [(node, ["bash", "-c", f'kill "$(cat {pid})" && rm -f {pid}'])]}
+    return Injection(running=[(node, ["bash", "-c", f"nohup {program} >/dev/null 2>&1 & echo $! > {pid}"])],
+                     revert=[(node, ["bash", "-c", f'kill "$(cat {pid})" && rm -f {pid}'])])
 
 
-def _stray_listener(node: str, port: int) -> dict:
+def _stray_listener(node: str, port: int) -> Injection:
     """A process that only listens on ``port`` (accepts nothing)."""
     listen = (f"import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
               f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(86400)")
     return _stray(node, f"listen-{port}", f'python3 -c "{listen}"')
 
 
-def _hw(node: str, path: str, value: str) -> dict:
+def _hw(node: str, path: str, value: str) -> Injection:
     """A simulated hardware fault set in a running node and cleared after its row."""
-    return {"running": [(node, ["k3sim-fault", "set", path, value])],
-            "revert": [(node, ["k3sim-fault", "clear", path])]}
+    return Injection(running=[(node, ["k3sim-fault", "set", path, value])], revert=[(node, ["k3sim-fault", "clear", path])])
 
 
 LIVE = [
@@ -755,14 +767,28 @@ def _revert(run, fault: Fault) -> bool:
     return True
 
 
+class FaultRow(TypedDict):
+    """One row of the matrix (``k3lab faults --format json``, the report's JSON): a fault or a baseline."""
+
+    fault: str  # Fault.id, or BASELINE-<scenario>
+    mode: str
+    scenario: str
+    kind: str  # static, live, lab, host
+    expected: list[str]  # check keys that must fail, sorted
+    observed: list[str]  # check keys that failed (and notes: an injection that failed, a message missing)
+    verdict: str  # ok or MISMATCH; skipped: a lab row that could not run
+    broken: NotRequired[str]  # lab rows (k3lab.tools.labfaults.LabDetail)
+    wall_s: NotRequired[dict[str, float]]
+
+
 class _Rows:
     """The matrix's rows, printed and saved as they come: a live matrix takes minutes."""
 
     def __init__(self, report: Path | None, live: bool) -> None:
-        self.rows: list[dict] = []
+        self.rows: list[FaultRow] = []
         self.report, self.live, self.started = report, live, time.monotonic()
 
-    def add(self, row: dict) -> None:
+    def add(self, row: FaultRow) -> None:
         self.rows.append(row)
         formats.log("faults", f"{row['fault']}: {row['verdict']} (expected {row['expected']}, observed {row['observed']})")
         if self.report:
@@ -773,7 +799,7 @@ class _Rows:
             outputs.write_file(self.report.with_suffix(".md"), text)
 
 
-def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[dict]:
+def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | None = None) -> list[FaultRow]:
     out = _Rows(report, live)
     faults = [f for f in CATALOG.values() if (not ids or f.id in ids) and (live or f.kind == "static")]
     for f in faults:
@@ -789,7 +815,7 @@ def run_matrix(ids: list[str] | None = None, live: bool = True, report: Path | N
     return out.rows
 
 
-def _run_lab(faults: list[Fault], add: Callable[[dict], None]) -> None:
+def _run_lab(faults: list[Fault], add: Callable[[FaultRow], None]) -> None:
     """The rows on the emulated lab (k3lab.tools.labfaults), with the wall time of each step."""
     faults = [f for f in faults if f.kind == "lab"]
     if not faults:
@@ -797,7 +823,14 @@ def _run_lab(faults: list[Fault], add: Callable[[dict], None]) -> None:
     from k3lab.tools import labfaults
 
     for f, observed, detail in labfaults.run_rows(faults):
-        add({**_row(f, observed), **detail})
+        row = _row(f, observed)
+        if "verdict" in detail:  # a row that could not run says why (its verdict keeps its place)
+            row["verdict"] = detail["verdict"]
+        if "broken" in detail:
+            row["broken"] = detail["broken"]
+        if "wall_s" in detail:
+            row["wall_s"] = detail["wall_s"]
+        add(row)
 
 
 def _stage_findings_alone(scenario: str, inventory: Path, stage: Callable) -> set[str]:
@@ -866,7 +899,7 @@ def _healthy_lab(faults: list[Fault], scenario: str, inv: Path) -> set[str]:
     return healthy
 
 
-def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
+def _run_host_faults(faults: list[Fault], add: Callable[[FaultRow], None]) -> None:
     """The host faults among ``faults`` on the emulated lab (root): one ``labemu up`` per scenario, a healthy baseline, each fault
     broken on its host and repaired after its row; the lab always comes down."""
     from k3lab.launch import labemu
@@ -897,7 +930,7 @@ def _run_host_faults(faults: list[Fault], add: Callable[[dict], None]) -> None:
             labemu.down()
 
 
-def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
+def _run_in_place(faults: list[Fault], add: Callable[[FaultRow], None]) -> None:
     """Faults injected into a running deployment; every deployment is down when this returns or raises."""
     from k3lab.launch import lifecycle
 
@@ -928,7 +961,7 @@ def _run_in_place(faults: list[Fault], add: Callable[[dict], None]) -> None:
             lifecycle.down(run)
 
 
-def _fresh_run(f: Fault, running: dict, baselined: set[str], add: Callable[[dict], None]):
+def _fresh_run(f: Fault, running: dict, baselined: set[str], add: Callable[[FaultRow], None]):
     """A new deployment of ``f.scenario`` (any other one down first), with one healthy baseline per
     scenario to show 0 false positives; None when it did not come up (its row says why)."""
     from k3lab.launch import lifecycle
@@ -985,15 +1018,15 @@ def diagnosed(f: Fault, run_dir: Path | None) -> set[str]:
     return {f"diagnosis:{top.cause.id}" + (f"@{top.node}" if "@" in f.diagnosis else "")}
 
 
-def _row(f: Fault, observed: set[str], want: frozenset[str] | None = None) -> dict:
+def _row(f: Fault, observed: set[str], want: frozenset[str] | None = None) -> FaultRow:
     want = f.expect if want is None else want
     if f.diagnosis and want == f.expect:  # a row that states its cause fails when the diagnosis misses it
         want = want | {f"diagnosis:{f.diagnosis}"}
-    return {"fault": f.id, "mode": f.mode, "scenario": f.scenario, "kind": f.kind, "expected": sorted(want),
-            "observed": sorted(observed), "verdict": "ok" if set(observed) == set(want) else "MISMATCH"}
+    return FaultRow(fault=f.id, mode=f.mode, scenario=f.scenario, kind=f.kind, expected=sorted(want),
+                    observed=sorted(observed), verdict="ok" if set(observed) == set(want) else "MISMATCH")
 
 
-def markdown(rows: list[dict], wall_s: float) -> str:
+def markdown(rows: list[FaultRow], wall_s: float) -> str:
     """The results table for build/ (and a closing note): one row per fault or baseline."""
     ok = sum(r["verdict"] == "ok" for r in rows)
     out = [f"# k3lab fault matrix: {ok}/{len(rows)} rows as intended, wall {wall_s:.0f} s", "",
@@ -1024,12 +1057,12 @@ NEGATIVE_CONTROLS = {
 }
 
 
-def _off_sample(r: dict) -> bool:
+def _off_sample(r: FaultRow) -> bool:
     text = f"{r['fault']} {r['mode']}".lower()
     return r["fault"].endswith("-OFF") or "off-sample" in text or "another node" in text or "another prefill" in text
 
 
-def coverage_markdown(rows: list[dict], checks: list[str]) -> str:
+def coverage_markdown(rows: list[FaultRow], checks: list[str]) -> str:
     """The closing-note table: each live check, the rows that failed it as intended (on-sample and
     off-sample), and its controls (in-check negative control, healthy baselines with 0 failures)."""
     base = [r for r in rows if r["fault"].startswith("BASELINE-")]
@@ -1047,7 +1080,7 @@ def coverage_markdown(rows: list[dict], checks: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _caught_as_intended(rows: list[dict], check: str) -> list[dict]:
+def _caught_as_intended(rows: list[FaultRow], check: str) -> list[FaultRow]:
     """Fault rows (not baselines) that failed ``check`` (any of its parameters) as they were meant to."""
     return [r for r in rows if r["verdict"] == "ok" and not r["fault"].startswith("BASELINE-")
             and any(e.split("[", 1)[0] == check for e in r["expected"])]
@@ -1061,7 +1094,7 @@ def live_checks() -> list[str]:
     return in_tests + [c.id for c in suite_checks if c.source.split("::")[0].rsplit("/", 1)[-1] in SIM_OPT_IN]
 
 
-def print_table(rows: list[dict]) -> None:
+def print_table(rows: list[FaultRow]) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from k3lab import settings
 from k3lab.launch.backends import LABEL
@@ -161,12 +161,21 @@ BREAK: dict[str, Callable] = {"engine-hung": _engine_hung, "sshd-down": _sshd_do
 # ------------------------------------------------------------------------------------ running
 
 
-def run_rows(faults: list) -> list[tuple[Any, set[str], dict]]:
+class LabDetail(TypedDict, total=False):
+    """What a lab row adds to its fault row (k3lab.tools.faults.FaultRow): the host and the step times of
+    a row that ran, or the verdict of one that could not."""
+
+    broken: str  # the emulated host that broke, as the kit's messages must name it
+    wall_s: dict[str, float]  # step -> seconds (up, each break step, down after repair)
+    verdict: str  # "skipped": the emulated lab needs root
+
+
+def run_rows(faults: list) -> list[tuple[Any, set[str], LabDetail]]:
     """Every lab row on one emulated lab, brought up here and always removed after."""
     from k3lab.launch import labemu
 
     if os.geteuid() != 0:
-        return [(f, {"skipped: needs root (k3lab labemu)"}, {"verdict": "skipped"}) for f in faults]
+        return [(f, {"skipped: needs root (k3lab labemu)"}, LabDetail(verdict="skipped")) for f in faults]
     done = []
     try:
         for f in faults:
@@ -178,7 +187,7 @@ def run_rows(faults: list) -> list[tuple[Any, set[str], dict]]:
     return done
 
 
-def run_row(fault) -> tuple[set[str], dict]:
+def run_row(fault) -> tuple[set[str], LabDetail]:
     """One lab row: (observed tokens, details with the wall time of each step)."""
     from k3lab.launch import labemu, lifecycle
 
@@ -199,4 +208,4 @@ def run_row(fault) -> tuple[set[str], dict]:
     if code != 0:
         row.misses.append((FINISHED, f"repaired: down exit {code}: {out.strip()[-300:]}"))
     row.clean(hosts, run.id, "repaired", FINISHED)
-    return row.observed(), {"broken": target.named, "wall_s": row.walls}
+    return row.observed(), LabDetail(broken=target.named, wall_s=row.walls)

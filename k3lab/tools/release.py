@@ -39,7 +39,8 @@ from k3lab.model.policy import load as load_policy
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
 from k3lab.render import golden
-from k3lab.reports import gate
+from k3lab.reports import gate, releasereport
+from k3lab.reports.releasereport import Cycle, ReleaseDoc
 
 FILE = runs.RELEASE
 SLOTS = 3  # cycles at a time by default: on 2 cores, 3 slots overlap one cycle's waits with the others' work
@@ -53,7 +54,7 @@ def _log(msg: str) -> None:
 
 
 def static_rows(sid: str, inventory: str | None, options: dict[str, str], target: str, strict: bool = False,
-                accepted: Sequence[AcceptedFinding] = ()) -> list[dict[str, Any]]:
+                accepted: Sequence[AcceptedFinding] = ()) -> list[gate.StaticRow]:
     """render / preflight / golden of one scenario, as gate rows (each with its duration). ``strict``: a
     preflight warning neither the inventory nor the policy (``accepted``) accepts fails the preflight row."""
     from k3lab.model.select import load_inventory
@@ -63,11 +64,10 @@ def static_rows(sid: str, inventory: str | None, options: dict[str, str], target
         inv, name = load_inventory(sid, inventory)
         rendered = render.build(sid, inv, options, target, inventory_name=name)
     except Exception as exc:  # an inventory or render error is this scenario's failure, not the release's crash
-        return [{"id": "static.render", "status": "fail", "message": f"render failed: {exc}",
-                 "duration": round(time.monotonic() - t, 4)}]
-    rows: list[dict[str, Any]] = [{"id": "static.render", "status": "pass", "duration": round(time.monotonic() - t, 4),
-                                   "message": f"{len(rendered.plan.nodes)} nodes, "
-                                              f"{sum(len(f) for f in rendered.files.values())} files"}]
+        return [gate.StaticRow(id="static.render", status="fail", message=f"render failed: {exc}",
+                          duration=round(time.monotonic() - t, 4))]
+    rows = [gate.StaticRow(id="static.render", status="pass", duration=round(time.monotonic() - t, 4),
+                      message=f"{len(rendered.plan.nodes)} nodes, {sum(len(f) for f in rendered.files.values())} files")]
     t = time.monotonic()
     findings = preflight.run(rendered.plan, rendered.files)
     outcome = preflight.judge(findings, [*inv.accept, *accepted])
@@ -75,17 +75,17 @@ def static_rows(sid: str, inventory: str | None, options: dict[str, str], target
     msg = "; ".join(f"{f.check} [{', '.join(f.nodes)}]: {f.message}" for f in failing) or \
         f"{len(preflight.CHECKS)} checks, 0 errors, {len(outcome.warnings)} warning(s)"
     msg += "".join(f"; accepted {f.check} [{', '.join(f.nodes)}]: {a.reason}" for f, a in outcome.accepted)
-    rows.append({"id": "static.preflight", "status": "fail" if outcome.failed(strict) else "pass", "message": msg,
-                 "accepted": preflight.report(rendered.plan, outcome, strict)["accepted"],
-                 "duration": round(time.monotonic() - t, 4)})
+    rows.append(gate.StaticRow(id="static.preflight", status="fail" if outcome.failed(strict) else "pass", message=msg,
+                          accepted=preflight.report(rendered.plan, outcome, strict)["accepted"],
+                          duration=round(time.monotonic() - t, 4)))
     if inventory:
-        rows.append({"id": "static.golden", "status": "na", "message": "a lab inventory renders its own values",
-                     "duration": 0.0})
+        rows.append(gate.StaticRow(id="static.golden", status="na", message="a lab inventory renders its own values",
+                              duration=0.0))
         return rows
     t = time.monotonic()
     differ = golden.drift(rendered.plan, lambda node, name: rendered.files[node][name])
-    rows.append({"id": "static.golden", "status": "fail" if differ else "pass", "duration": round(time.monotonic() - t, 4),
-                 "message": f"drifted from golden/: {', '.join(differ[:8])}" if differ else "equal to golden/"})
+    rows.append(gate.StaticRow(id="static.golden", status="fail" if differ else "pass", duration=round(time.monotonic() - t, 4),
+                          message=f"drifted from golden/: {', '.join(differ[:8])}" if differ else "equal to golden/"))
     return rows
 
 
@@ -113,11 +113,11 @@ class Live:
         self.lock = threading.Lock()
         self.stopping = False
 
-    def cycle(self, sid: str, inventory: str | None, inject: str | None) -> dict[str, Any]:
+    def cycle(self, sid: str, inventory: str | None, inject: str | None) -> Cycle:
         slot = self.slots.get()
         try:
             if self.stopping:
-                return {"scenario": sid, "exit": None, "wall_s": 0.0, "note": "not started: release interrupted"}
+                return Cycle(scenario=sid, exit=None, wall_s=0.0, note="not started: release interrupted")
             runs = self.out / "runs" / sid
             runs.mkdir(parents=True, exist_ok=True)
             log = self.out / "logs" / f"{sid}.log"
@@ -149,8 +149,8 @@ class Live:
             dirs = sorted(p for p in runs.iterdir() if p.is_dir())
             tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-3:]
             _log(f"{sid}: cycle exit {code} in {wall:.1f}s")
-            return {"scenario": sid, "exit": code, "wall_s": round(wall, 2), "run_dir": str(dirs[-1]) if dirs else None,
-                    "log": str(log), "note": " | ".join(tail)[-600:], "slot": slot}
+            return Cycle(scenario=sid, exit=code, wall_s=round(wall, 2), run_dir=str(dirs[-1]) if dirs else None,
+                         log=str(log), note=" | ".join(tail)[-600:], slot=slot)
         finally:
             self.slots.put(slot)
 
@@ -168,7 +168,7 @@ class Live:
 def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "sim",
                 inventories: dict[str, str] | None = None, jobs: int | None = None, live: bool = True,
                 inject: dict[str, str] | None = None, timeout: float = 1800, pytest_extra: list[str] | None = None,
-                policy_source: str = "default", strict: bool = False, force: bool = False) -> dict[str, Any]:
+                policy_source: str = "default", strict: bool = False, force: bool = False) -> ReleaseDoc:
     """The release into ``out`` (absent or empty; any directory with ``force``): built in a directory beside
     it and swapped in when complete, so a failed or interrupted release leaves the previous one whole."""
     out = outputs.check_dir(out, force)
@@ -179,29 +179,28 @@ def run_release(scenarios: list[str], policy: Policy, out: Path, target: str = "
                        pytest_extra, policy_source, strict)
         doc = _moved(doc, stage, out)
         outputs.write_file(stage / FILE, json.dumps(doc, indent=2) + "\n")
-        from k3lab.reports import releasereport
-
         releasereport.write_all(stage, doc, shown_in=out)
     return doc
 
 
-def _moved(doc: dict[str, Any], stage: Path, out: Path) -> dict[str, Any]:
+def _moved(doc: ReleaseDoc, stage: Path, out: Path) -> ReleaseDoc:
     """``doc`` with the paths of the staging directory (run directories, cycle logs) where they will be."""
     text = json.dumps(doc)
     old, new = json.dumps(str(stage.absolute()))[1:-1], json.dumps(str(out.absolute()))[1:-1]
-    return json.loads(text.replace(old, new)) if old in text else doc
+    moved: ReleaseDoc = json.loads(text.replace(old, new)) if old in text else doc  # the same keys, paths replaced
+    return moved
 
 
 def _release(scenarios: list[str], policy: Policy, out: Path, target: str, inventories: dict[str, str],
              jobs: int | None, live: bool, inject: dict[str, str], timeout: float, pytest_extra: list[str] | None,
-             policy_source: str, strict: bool) -> dict[str, Any]:
+             policy_source: str, strict: bool) -> ReleaseDoc:
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
     static = {sid: static_rows(sid, inventories.get(sid), {}, target, strict, policy.for_scenario(sid).accepted_findings)
               for sid in scenarios}
     static_s = time.monotonic() - t0
     _log(f"static: {len(scenarios)} scenarios rendered, preflighted and compared with golden/ in {static_s:.2f}s")
-    cycles: dict[str, dict[str, Any]] = {}
+    cycles: dict[str, Cycle] = {}
     warnings: list[str] = []
     slots = max(1, jobs) if jobs else SLOTS
     t1 = time.monotonic()
@@ -213,18 +212,18 @@ def _release(scenarios: list[str], policy: Policy, out: Path, target: str, inven
         cycles = _run_cycles(runner, scenarios, static, inventories, inject)
     live_s = time.monotonic() - t1 if live else 0.0
     verdicts = [_verdict(policy, sid, static[sid], cycles.get(sid), live) for sid in scenarios]
-    doc = {"schema": 1, "kind": "k3lab-release", "k3lab": __version__, "target": target, "strict": strict,
-           "policy": policy_source, "started": started.isoformat(timespec="seconds"),
-           "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                    "load": _load(), "warnings": warnings},
-           "jobs": slots, "live": live, "scope": "full" if live else "static-only", "injected": inject,
-           "timings": {"total_s": round(time.monotonic() - t0, 2), "static_s": round(static_s, 3),
-                       "live_s": round(live_s, 2),
-                       "sum_of_cycles_s": round(sum(c.get("wall_s", 0) for c in cycles.values()), 2)},
-           "cycles": cycles, "overall": gate.overall(verdicts), "overall_label": gate.overall_label(verdicts),
-           "scenarios": [v.to_json() for v in verdicts]}
-    return doc
+    return ReleaseDoc(
+        schema=1, kind="k3lab-release", k3lab=__version__, target=target, strict=strict,
+        policy=policy_source, started=started.isoformat(timespec="seconds"),
+        finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        host=releasereport.Host(python=platform.python_version(), machine=platform.machine(), cpus=os.cpu_count(),
+                                load=_load(), warnings=warnings),
+        jobs=slots, live=live, scope="full" if live else "static-only", injected=inject,
+        timings=releasereport.Timings(total_s=round(time.monotonic() - t0, 2), static_s=round(static_s, 3),
+                                      live_s=round(live_s, 2),
+                                      sum_of_cycles_s=round(sum(c["wall_s"] for c in cycles.values()), 2)),
+        cycles=cycles, overall=gate.overall(verdicts), overall_label=gate.overall_label(verdicts),
+        scenarios=[v.to_json() for v in verdicts])
 
 
 def _cycle_pytest_args(target: str, extra: list[str]) -> list[str]:
@@ -235,13 +234,13 @@ def _cycle_pytest_args(target: str, extra: list[str]) -> list[str]:
     return [*extra, "-n", "0"]
 
 
-def _run_cycles(runner: Live, scenarios: list[str], static: dict[str, list[dict[str, Any]]],
-                inventories: dict[str, str], inject: dict[str, str]) -> dict[str, dict[str, Any]]:
+def _run_cycles(runner: Live, scenarios: list[str], static: dict[str, list[gate.StaticRow]],
+                inventories: dict[str, str], inject: dict[str, str]) -> dict[str, Cycle]:
     """Every scenario whose static stage passed, ``runner.jobs`` at a time; Ctrl-C/SIGTERM stop them all."""
-    cycles: dict[str, dict[str, Any]] = {}
+    cycles: dict[str, Cycle] = {}
     runnable = [s for s in scenarios if not any(r["status"] == "fail" for r in static[s])]
     for sid in set(scenarios) - set(runnable):
-        cycles[sid] = {"scenario": sid, "exit": None, "wall_s": 0.0, "note": "not run: the static stage failed"}
+        cycles[sid] = Cycle(scenario=sid, exit=None, wall_s=0.0, note="not run: the static stage failed")
     # largest topologies first: the slots then finish at about the same time
     runnable.sort(key=lambda s: -_node_count(s))
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -263,15 +262,15 @@ def _run_cycles(runner: Live, scenarios: list[str], static: dict[str, list[dict[
     return cycles
 
 
-def _verdict(policy: Policy, sid: str, static: list[dict[str, Any]], cycle: dict[str, Any] | None,
-             live: bool) -> gate.Verdict:
+def _verdict(policy: Policy, sid: str, static: list[gate.StaticRow], cycle: Cycle | None, live: bool) -> gate.Verdict:
     eff = policy.for_scenario(sid)
-    if cycle and cycle.get("run_dir"):
-        return gate.evaluate_run(eff, cycle["run_dir"], static, cycle.get("note", ""))
+    run_dir = cycle.get("run_dir") if cycle else None
+    if cycle and run_dir:
+        return gate.evaluate_run(eff, run_dir, static, cycle.get("note", ""))
     items = gate.static_items(eff, static)
     if live:
         items.append(gate.Item("live.results", "live.results", "live", "block", "incomplete",
-                               f"no run: {(cycle or {}).get('note', 'not started')}"))
+                               f"no run: {cycle.get('note', 'not started') if cycle else 'not started'}"))
     return gate.decide(sid, items)
 
 
@@ -313,9 +312,9 @@ def _load() -> str:
         return "?"
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """A release document validated by its model (k3lab.model.runs.Release), as plain data."""
-    return runs.release(path).model_dump(by_alias=True)
+def load(path: str | Path) -> runs.Release:
+    """A release document validated by its model (k3lab.model.runs.Release)."""
+    return runs.release(path)
 
 
 # ------------------------------------------------------------------------------------ command
