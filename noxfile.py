@@ -1,4 +1,4 @@
-"""Sessions: one per scenario (up, conformance, down), plus render, golden, preflight, tests, bench, lint,
+"""Sessions: one per scenario (up, conformance, down), plus render, golden, preflight, tests, k8sapi, bench, lint,
 docs, lock and tests_latest.
 
 Every session installs with ``requirements/ci.lock`` as constraints (the versions the kit is tested and
@@ -75,7 +75,8 @@ def tests(session: nox.Session) -> None:
     # coverage of the whole kit and of the processes the tests start (pyproject [tool.coverage], patch =
     # subprocess: each child writes its own data file, combined at the end); the integration run adds to the unit run's data
     cov = ["--cov", "--cov-report=term:skip-covered", "--cov-report=json:build/coverage.json"]
-    session.run("pytest", "-n", "2", "--dist", "loadgroup", "--ignore=tests/integration", *cov, *session.posargs)
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", "--ignore=tests/integration", "--ignore=tests/k8sapi",
+                *cov, *session.posargs)
     session.run("pytest", "tests/integration", *cov, "--cov-append", *session.posargs)
 
 
@@ -102,6 +103,19 @@ def contracts(session: nox.Session) -> None:
     downloads are cached in ~/.cache/k3lab."""
     install(session, "regex")  # the vLLM kimi_k3 parsers' own regex engine
     session.run("pytest", "contracts", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def k8sapi(session: nox.Session) -> None:
+    """The k8s target's LeaderWorkerSets on a real Kubernetes API server: apiextensions-apiserver and etcd,
+    built from Debian's packages by .ci/k8sapi-build on first use (cached in ~/.cache/k3lab/k8sapi)."""
+    install(session)
+    out = session.run("bash", ".ci/k8sapi-build", external=True, silent=True)
+    lines = str(out).strip().splitlines()
+    for line in lines[:-1]:  # what the build said besides its result (a pinned sid version gone, say)
+        session.log(line)
+    session.run("pytest", "tests/k8sapi", "-p", "no:cacheprovider", *session.posargs,
+                env={"K3LAB_K8SAPI_BIN": lines[-1]})
 
 
 @nox.session

@@ -1,6 +1,7 @@
 """render --target k8s: every LeaderWorkerSet of the twelve scenarios validates against the real LWS CRD's
 schema, strictly (tests/fixtures/k8s/README.md says where it comes from); the core kinds validate with
-kubernetes-validate when it is installed; the pods run the lab's scripts, byte for byte."""
+kubernetes-validate (the test extra; skipped only where it is not installed); the pods run the lab's scripts,
+byte for byte. tests/k8sapi/ sends the same LeaderWorkerSets to a real API server."""
 from __future__ import annotations
 
 import copy
