@@ -1,4 +1,5 @@
-"""Every rendered artefact of every scenario, default inventory, against golden/.
+"""Every rendered artefact of every scenario, default inventory, against golden/; and the Kubernetes
+manifests (``render --target k8s``, the k8s inventory of tests/unit/render/test_k8s.py) under golden/<scenario>/k8s/.
 
 Update with ``nox -s golden -- --snapshot-update`` and review the diff.
 """
@@ -10,6 +11,7 @@ from k3lab.model import catalog, siminventory
 from k3lab.render import artefacts as render
 from k3lab.render import runbook
 from tests.golden_ext import GoldenArtefact
+from tests.unit.render.test_k8s import rendered as rendered_k8s
 
 
 def _artefacts():
@@ -24,4 +26,15 @@ def _artefacts():
 
 @pytest.mark.parametrize("text", list(_artefacts()))
 def test_golden(text, snapshot):
+    assert text == snapshot(extension_class=GoldenArtefact)
+
+
+def _manifests():
+    for sid in catalog.SCENARIOS:
+        for name, text in rendered_k8s(sid).manifests.items():
+            yield pytest.param(text, id=f"{sid}/k8s/{name}")
+
+
+@pytest.mark.parametrize("text", list(_manifests()))
+def test_golden_k8s(text, snapshot):
     assert text == snapshot(extension_class=GoldenArtefact)
