@@ -45,6 +45,7 @@ class Api:
     base: str
     http: requests.Session
     logs: Path
+    kubeconfig: Path  # context ``self``: the same server, CA and client certificate, for the kit's own client
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -195,7 +196,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         # informer-sync waits for the core API's Services (conversion webhooks' resolver), which this server
         # does not serve: every other readiness check (etcd, the CRD controllers and informers) must pass
         _wait_ready(http, f"{base}/readyz?exclude=informer-sync", procs)
-        yield Api(base, http, log)
+        yield Api(base, http, log, kubeconfig)
     finally:
         for proc, _ in reversed(list(procs.values())):
             _stop(proc)
