@@ -97,6 +97,21 @@ def cli_processes(repeat: int = 3) -> dict:
             "load_average": os.getloadavg(), "rounds": rounds}
 
 
+def cli_start(repeat: int = 10) -> dict:
+    """``k3lab --version`` as its own process, ``repeat`` times: the interpreter and the CLI's own imports, what
+    every command pays before its work (issue #31: a module the CLI imports at start shows here first)."""
+    cmd = [sys.executable, "-m", "k3lab.cli.main", "--version"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # byte-code cached, as cli_processes
+    subprocess.run(cmd, env=env, capture_output=True, timeout=60, check=True)  # the warm-up writes the byte code
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(cmd, env=env, capture_output=True, timeout=60, check=True)
+        times.append(round(time.perf_counter() - t, 4))
+    return {"processes": repeat, "best_s": min(times), "median_s": statistics.median(times), "runs_s": times,
+            "load_average": os.getloadavg()}
+
+
 def _peak_memory_mb(run) -> dict[str, float]:
     out = {}
     for node, container in run.backend.containers.items():
@@ -386,6 +401,7 @@ def measure(out: str, scenarios: list[str], with_live: bool) -> dict[str, Any]:
                        "cli_render_preflight_24_processes_s": CLI_TARGET_S, "a3_pd_1m_up_s": 15, "a3_pd_1m_cycle_s": 60,
                        "k3_a3_pd_up_s": 30, "engine_rss_mb": 60, "diagnosis_17_nodes_100_mb_s": DIAGNOSIS_TARGET_S}}
     doc["render_preflight"] = _step("render + preflight of all twelve scenarios in-process, 5 rounds", render_preflight)
+    doc["cli_start"] = _step("k3lab --version processes, 10 rounds", cli_start)
     doc["cli_render_preflight"] = _step(f"{2 * len(catalog.SCENARIOS)} k3lab render/preflight processes, 3 rounds",
                                         cli_processes)
     doc["diagnosis"] = _step("diagnosis of a 17-node run with 100 MB of logs, 3 rounds", diagnosis)
@@ -407,6 +423,7 @@ def summary(doc: dict[str, Any], out: str) -> dict[str, Any]:
     cli = doc["cli_render_preflight"]
     return {"out": str(out), "live": "scenarios" in doc,
             "render_preflight_all_twelve_s": doc["render_preflight"]["all_twelve_s_median"],
+            "cli_start_version_s": doc["cli_start"]["best_s"],
             "cli_render_preflight_24_processes": {k: cli[k] for k in (
                 "best_wall_s", "meets_target", "best_cpu_s", "median_wall_s", "floor_import_pydantic_yaml_s",
                 "load_average")},
@@ -424,6 +441,7 @@ def print_summary(s: dict[str, Any]) -> None:
     """The summary for people (``--format json`` prints it as JSON)."""
     cli, diag = s["cli_render_preflight_24_processes"], s["diagnosis_17_nodes_100_mb"]
     print(f"render + preflight, all twelve in-process: {s['render_preflight_all_twelve_s']:.3f}s (median)")
+    print(f"k3lab --version process: best {s['cli_start_version_s']}s wall")
     print(f"24 CLI processes: best {cli['best_wall_s']}s wall, {cli['best_cpu_s']}s CPU (target < {CLI_TARGET_S:g}s: "
           f"{'met' if cli['meets_target'] else 'NOT met'}; floor {cli['floor_import_pydantic_yaml_s']}s)")
     print(f"diagnosis, 17 nodes / 100 MB: best {diag['best_s']:.2f}s wall, {diag['best_cpu_s']:.2f}s CPU, judged on "
