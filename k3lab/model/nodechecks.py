@@ -7,6 +7,7 @@ The host stage (``k3lab.launch.hoststage``) reads these files and sysctls on eac
 """
 from __future__ import annotations
 
+import functools
 from pathlib import PurePosixPath
 
 from k3lab.model.checks import CheckInfo
@@ -71,18 +72,28 @@ HOST_CHECKS = [
 ]
 
 
+@functools.lru_cache(maxsize=256)
+def _parts(path: str) -> tuple[str, ...]:
+    return PurePosixPath(path).parts
+
+
 def host_path(mounts: list[Mount], path: str) -> str | None:
     """Where a container path lives on the host: the longest mount target containing it."""
-    p = PurePosixPath(path)
+    pure = PurePosixPath(path)
+    p, absolute = pure.parts, pure.is_absolute()
     best: Mount | None = None
+    best_len = 0
     for m in mounts:
-        target = PurePosixPath(m.target.rstrip("/") or "/")
-        if (p == target or target in p.parents) and (best is None or len(m.target) > len(best.target)):
-            best = m
+        # the target holds the path when its parts begin the path's (what ``target in p.parents`` asks;
+        # building the parents per mount was most of a render's RUNBOOK step 0); "." holds relative paths only
+        target = _parts(m.target.rstrip("/") or "/")
+        holds = p[:len(target)] == target and (bool(target) or not absolute)
+        if holds and (best is None or len(m.target) > len(best.target)):
+            best, best_len = m, len(target)
     if best is None:
         return None
-    rest = p.relative_to(PurePosixPath(best.target.rstrip("/") or "/"))
-    return str(PurePosixPath(best.source) / rest) if str(rest) != "." else best.source
+    rest = p[best_len:]
+    return str(PurePosixPath(best.source, *rest)) if rest else best.source
 
 
 def topology(proc) -> Topology:

@@ -163,6 +163,7 @@ def test_bench_json_validates_and_every_step_says_so_on_stderr(capsys, monkeypat
             "top": "npu-oom@d3", "load_average": [1.0, 1.0, 1.0]}
     monkeypatch.setattr(bench, "render_preflight", lambda: {"all_twelve_s_median": 0.1})
     monkeypatch.setattr(bench, "cli_processes", lambda: cli_row)
+    monkeypatch.setattr(bench, "cli_start", lambda: {"best_s": 0.1, "median_s": 0.12})
     monkeypatch.setattr(bench, "diagnosis", lambda: diag)
     formats.set_verbosity(0)
     code = cli.main(["bench", "--no-live", "--out", str(tmp_path / "bench.json"), "--format", "json"])
@@ -171,10 +172,11 @@ def test_bench_json_validates_and_every_step_says_so_on_stderr(capsys, monkeypat
     doc = json.loads(out.out)
     jsonschema.validate(doc, formats.schema("bench"), cls=jsonschema.Draft202012Validator)
     assert doc["live"] is False and json.loads((tmp_path / "bench.json").read_text())["diagnosis"] == diag
-    for step in ("render + preflight", "render/preflight processes", "diagnosis of a 17-node run"):
+    for step in ("render + preflight", "version processes", "render/preflight processes", "diagnosis of a 17-node run"):
         assert f"{step}" in out.err and out.err.count(step) == 2, step  # announced, then timed
     assert cli.main(["bench", "--no-live", "--out", str(tmp_path / "bench.json")]) == 0
-    assert "24 CLI processes: best 3.0s wall" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "24 CLI processes: best 3.0s wall" in printed and "k3lab --version process: best 0.1s" in printed
 
 
 def test_a_ticker_logs_at_most_every_interval(capsys, monkeypatch):
