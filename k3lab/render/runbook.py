@@ -9,12 +9,15 @@ each start command is one line under a marker, which :func:`start_commands` find
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import posixpath
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
-from k3lab import paths
+from k3lab import paths, settings
 from k3lab.model import targetkinds
 from k3lab.model.plan import Gate, NodePlan, Plan, Process, Stage
 from k3lab.render import stepzero
@@ -255,9 +258,7 @@ def _stage(stage: Stage, plan: Plan, log_of: dict[str, str], docker_of: dict[str
 
 
 def text(plan: Plan) -> str:
-    """The runbook of ``plan`` (jinja2, imported here: only ``k3lab render`` writes a runbook)."""
-    import jinja2
-
+    """The runbook of ``plan`` (jinja2, imported in _template: only ``k3lab render`` writes a runbook)."""
     nodes = [_node_steps(n) for n in plan.nodes]
     procs = {p.id: p for p in plan.processes()}
     log_of = {pid: p.log for pid, p in procs.items()}
@@ -265,10 +266,8 @@ def text(plan: Plan) -> str:
                                                        s.container])) for s in nodes}
     stages = [_stage(stage, plan, log_of, docker_of) for stage in plan.stages]
     step0 = [(STAGE_TITLES[name], checks) for name, checks in stepzero.steps(plan).items()]
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True)
     kind = targetkinds.kind(plan.target)
-    out = env.from_string(_TEMPLATE).render(
+    out = _template().render(
         plan=plan, kind=kind, nodes=nodes, stages=stages, target_words=kind.description, step0=step0,
         node_names=[n.name for n in plan.nodes], start_marker=START_MARKER,
         inventory_arg=_inventory_arg(plan) if kind.needs_inventory else "",
@@ -276,6 +275,29 @@ def text(plan: Plan) -> str:
         images=", ".join(sorted({n.container.image for n in plan.nodes})),
         key_note=any(p.kind in ("engine", "launcher", "proxy") for p in procs.values()))
     return out.rstrip("\n") + "\n"
+
+
+@functools.cache
+def _template() -> Any:
+    """The RUNBOOK template, compiled once per process, its byte code cached under $K3LAB_CACHE/jinja across
+    processes: compiling it was a tenth of a ``k3lab render`` (issue #31). jinja checks the cached code against
+    the template's checksum, so an edited template recompiles; a cache that cannot be written costs a compile."""
+    import jinja2
+
+    class QuietCache(jinja2.FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+    cache = None
+    folder = settings.current().cache / "jinja"
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        cache = QuietCache(str(folder))
+    env = jinja2.Environment(loader=jinja2.DictLoader({NAME: _TEMPLATE}), bytecode_cache=cache,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True, auto_reload=False)
+    return env.get_template(NAME)
 
 
 @dataclass(frozen=True)
