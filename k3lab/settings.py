@@ -97,7 +97,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("K3LAB_RELEASES", "releases", _path, lambda: Path.cwd() / "releases", "./releases", "directory",
             "where `k3lab release` writes without --out", "operators"),
     Setting("K3LAB_CACHE", "cache", _path, lambda: _CACHE, "~/.cache/k3lab", "directory",
-            "downloads of the real vllm-ascend proxy and launcher", "operators"),
+            "downloads of the real vllm-ascend proxy and launcher; the RUNBOOK template's compiled byte code", "operators"),
     Setting("K3LAB_LOG_DIR", "log_dir", _path, lambda: _CACHE / "logs", "~/.cache/k3lab/logs", "directory",
             "tracebacks of internal errors (exit 4)", "operators"),
     Setting("DOCKER_HOST", "docker_host", _text, _none, "unset", "URL",
