@@ -311,6 +311,18 @@ _ERROR_LINE = re.compile(
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
 _NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]")
+# The service shown to have come up: uvicorn's start-up lines and vLLM's own (dev excerpts: uvicorn#458 and
+# vllm#8204 "Application startup complete.", "Uvicorn running on"; vllm#30749 "Starting vLLM API server 0 on"),
+# or a health probe answered (uvicorn's access line, as in vllm#14736). Error lines before the last of them did
+# not stop the service (a retry that succeeded, an optional extension that failed to import): a note, not a
+# first error.
+_READY = (b"Application startup complete.", b"Uvicorn running on ", b"Starting vLLM API server ",
+          b'"GET /health HTTP/1.1" 200')
+# ...unless the log shows the service going down after it: a traceback, a dead engine or worker, a crash, a
+# non-zero exit (vllm-ascend#5509: "Worker proc VllmWorker-0 died unexpectedly"; vLLM's EngineDeadError)
+_FATAL = re.compile(rb"Traceback \(most recent call last\)|\bEngineDeadError\b|\bdied\b|Segmentation fault"
+                    rb"|core dumped|Fatal Python error|\bAborted\b|\*\*\* Check failure|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
+                    rb"|exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")
 # ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
 # (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout")
@@ -332,24 +344,45 @@ def _line_starts(data: bytes, rx: re.Pattern[bytes], begin: int, keep) -> list[i
     return out
 
 
-def _error_positions(data: bytes) -> list[int]:
+def _up_at(data: bytes, begin: int) -> int:
+    """The end of the last readiness line from ``begin`` when nothing fatal follows it, else -1."""
+    last = max(data.rfind(needle, begin) for needle in _READY)
+    if last < 0:
+        return -1
+    end = _line_at(data, last)[1]
+    return -1 if _FATAL.search(data, end) else end
+
+
+def _error_positions(data: bytes) -> tuple[list[int], int]:
+    """The first error lines, and where the service came up after them for good (-1: it did not)."""
     begin = max(0, len(data) - FIRST_ERROR_BYTES)
     begin = data.find(b"\n", begin - 1) + 1 if begin else 0  # from a whole line
     found = _line_starts(data, _ERROR_LINE, begin, lambda s, e: not _NOT_ERROR.search(data, s, e))
-    return found or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True)
+    up = _up_at(data, begin)
+    if up >= 0:  # nothing fatal after the service came up: only error lines before it, a note
+        return [p for p in found if p < up], up
+    return found or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True), -1
 
 
-def _first_errors(files: list[LogFile], rank) -> list[Evidence]:
-    """The earliest error lines across the files (by their times, else the order read), at most FIRST_ERRORS."""
+def _first_errors(files: list[LogFile], rank) -> tuple[list[Evidence], list[str]]:
+    """The earliest error lines across the files (by their times, else the order read), at most FIRST_ERRORS;
+    and a note for each file whose service came up after its error lines."""
     found: list[Evidence] = []
+    notes: list[str] = []
     for f in files:
-        mine, later = _evidence(f, _error_positions(f.data)), None
+        positions, up = _error_positions(f.data)
+        if up >= 0:
+            if positions:
+                e = _evidence(f, positions[:1])[0]
+                notes.append(f"{e.where()}: error line before the service came up, nothing fatal after it: {e.text}")
+            continue
+        mine, later = _evidence(f, positions), None
         for i in reversed(range(len(mine))):  # a line without a time (a traceback's) is no later than the next
             if mine[i].when is None:
                 mine[i] = replace(mine[i], when=later)
             later = mine[i].when
         found += mine
-    return sorted(found, key=rank)[:FIRST_ERRORS]
+    return sorted(found, key=rank)[:FIRST_ERRORS], notes
 
 
 # ------------------------------------------------------------------------------------------ ranking
@@ -424,6 +457,6 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
             findings.append(_finding(cause, hits, rank))
     findings.sort(key=_order)
     looked = [(f.node, f.rel, f.size) for f in layout.files]
-    first = [] if findings else _first_errors(layout.files, rank)
-    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems, gate,
+    first, benign = ([], []) if findings else _first_errors(layout.files, rank)
+    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
                      layout.skipped, first)

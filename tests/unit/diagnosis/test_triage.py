@@ -135,3 +135,55 @@ def test_failed_bring_up_ends_with_cause_node_and_remedy(tmp_path, capsys, monke
     assert err[2] == "cause: npu-oom on d3: NPU out of memory (HBM) [torch_npu]"
     assert any(line.startswith("  remedy: Lower --gpu-memory-utilization") for line in err[3:])
     assert (run / "summary.md").is_file() and "npu-oom" in (run / "summary.md").read_text()
+
+
+DEV = LOGS.parent / "triage_corpus" / "dev"
+
+
+def _joined(tmp_path: Path, *parts: tuple[str, slice]) -> Path:
+    """One node's log made of real dev excerpts' lines, in the order given (each excerpt's own lines unchanged)."""
+    (tmp_path / "n0").mkdir()
+    lines = [line for name, cut in parts for line in (DEV / name).read_text().splitlines()[cut]]
+    (tmp_path / "n0" / "engine.log").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+ALL = slice(None)
+
+
+def test_error_lines_before_the_service_came_up_are_a_note_not_a_failure(tmp_path, capsys):
+    # vllm-ascend#2396's worker errors, then vllm#30749's "Starting vLLM API server 0 on": a start that went wrong
+    # and was retried; the service came up and nothing fatal follows, so exit 0 with the error kept as a note
+    root = _joined(tmp_path, ("unknown--vllm-ascend-2396.log", ALL), ("healthy--vllm-30749.log", ALL))
+    assert main(["triage", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "first error" not in out
+    assert "note: n0/engine.log:1: error line before the service came up, nothing fatal after it: " in out
+    assert "rtGetDevMsg execute failed" in out
+
+
+def test_a_failure_after_the_service_came_up_is_still_a_failure(tmp_path, capsys):
+    # vllm#30749's start-up, then vllm-ascend#5509's "Worker proc VllmWorker-0 died unexpectedly"
+    root = _joined(tmp_path, ("healthy--vllm-30749.log", ALL), ("aicore-timeout--vllm-ascend-5509.log", slice(10, 11)))
+    assert main(["triage", "--json", str(root)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] in ("cause", "first-error")
+    assert "died unexpectedly" in json.dumps(doc["findings"] + doc["first_errors"])
+
+
+def test_an_unexplained_error_after_the_service_came_up_and_then_a_fatal_sign_is_the_first_error(tmp_path, capsys):
+    # the same start-up then vllm-ascend#2396's errors and vllm-ascend#5509's dead worker: what went wrong after the
+    # service was up is shown, the readiness line does not hide it
+    root = _joined(tmp_path, ("healthy--vllm-30749.log", ALL), ("unknown--vllm-ascend-2396.log", ALL),
+                   ("aicore-timeout--vllm-ascend-5509.log", slice(10, 11)))
+    assert main(["triage", str(root)]) == 1
+    assert "rtGetDevMsg execute failed" in capsys.readouterr().out
+
+
+def test_a_readiness_line_does_not_hide_a_cause(tmp_path, capsys):
+    # a catalogue cause with its own signature wins whatever came up: npu-oom's fixture after vllm#30749's start-up
+    (tmp_path / "n0").mkdir()
+    text = (DEV / "healthy--vllm-30749.log").read_text() + (LOGS / "npu-oom" / "1.log").read_text()
+    (tmp_path / "n0" / "engine.log").write_text(text)
+    assert main(["triage", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.startswith("cause: npu-oom")
