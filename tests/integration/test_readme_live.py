@@ -30,6 +30,8 @@ ELSEWHERE = {
         "tests/integration/test_labemu_weights.py (emulated lab, root: weights outside /root/.cache, cycle green)",
     "k3lab labemu status": "tests/integration/test_labemu.py",
     "k3lab labemu down": "tests/integration/test_labemu.py; nox -s lab_a3_pd_1m",
+    "k3lab down --all": "tests/integration/conftest.py (clean_engine, around every integration test); .ci/run after "
+                        "the fault matrix; its k8s part: tests/unit/launch/test_k8s_target.py",
     "k3lab labemu repair": "the fault matrix's H-* rows (k3lab/tools/faults.py, root): break one host, repair it",
     "k3lab bench --out build/bench.json": "nox -s bench (the live cycles, the emulated lab as root)",
     "k3lab faults": "nox -s faults (.ci/run: the whole matrix gates CI)",
