@@ -50,7 +50,7 @@ class Refused(ApiException):
 def message(exc: ApiException) -> str:
     """The server's message from an answer's Status body (the reason phrase when there is none)."""
     try:
-        return str(json.loads(exc.body).get("message") or exc.reason)
+        return str(json.loads(exc.body or "").get("message") or exc.reason)
     except (TypeError, ValueError, AttributeError):
         return str(exc.reason)
 
@@ -169,7 +169,7 @@ class Cluster:
         selector = f"{RUN_LABEL}={run_id}"
         listed = self.call("list LeaderWorkerSets", self.custom.list_namespaced_custom_object, *LWS[:2],
                            self.namespace, LWS[2], label_selector=selector)
-        count = len(listed.get("items", []))
+        count = len(listed.get("items", [])) if isinstance(listed, dict) else 0
         if count:
             self.call("delete LeaderWorkerSets", self.custom.delete_collection_namespaced_custom_object, *LWS[:2],
                       self.namespace, LWS[2], label_selector=selector, propagation_policy="Foreground")
