@@ -100,7 +100,7 @@ class K8sTarget(Target):
         answers as it would to the real create, and stores nothing."""
         import yaml
 
-        from k3lab.launch.targets.k8sapi import ApiException
+        from k3lab.launch.targets.k8sapi import ApiException, message
 
         self.objects = [o for text in manifests.values() for o in yaml.safe_load_all(text) if o]
         refused = []
@@ -108,7 +108,7 @@ class K8sTarget(Target):
             try:
                 self.cluster.create(obj, dry_run=True)
             except ApiException as exc:
-                refused.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.status} {_message(exc)}")
+                refused.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.status} {message(exc)}")
         if refused:
             raise ChecksFailed(f"k8s preflight: the API server ({self.cluster.where()}) refuses "
                                + "; ".join(refused))
@@ -305,7 +305,7 @@ class PodHost(NodeHost):
 
     def exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None,
              timeout: int | None = None) -> CommandResult:
-        from k3lab.launch.targets.k8sapi import ApiException, ApiUnreachable
+        from k3lab.launch.targets.k8sapi import ApiException, ApiUnreachable, message
 
         self.round_trips += 1
         if workdir:  # exec has no working directory of its own
@@ -316,16 +316,7 @@ class PodHost(NodeHost):
             raise AssertionError(f"{self.name}: {exc}") from None
         except ApiException as exc:
             raise AssertionError(f"{self.name}: exec in pod {self.container} refused: {exc.status} "
-                                 f"{_message(exc)}") from None
-
-
-def _message(exc: Any) -> str:
-    import json
-
-    try:
-        return str(json.loads(exc.body).get("message", exc.reason))
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.reason)
+                                 f"{message(exc)}") from None
 
 
 def _ready(pod: Any) -> bool:
