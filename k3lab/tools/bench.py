@@ -69,6 +69,11 @@ class CliProcesses(TypedDict):
     rounds: list[CliRound]
 
 
+def _user_env() -> dict[str, str]:
+    """This environment as on a user's machine: byte code cached (this sandbox sets PYTHONDONTWRITEBYTECODE)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def cli_processes(repeat: int = 3) -> CliProcesses:
     """``k3lab render`` and ``k3lab preflight`` for all twelve scenarios, each its own CLI process, in sequence.
 
@@ -81,8 +86,7 @@ def cli_processes(repeat: int = 3) -> CliProcesses:
     import tempfile
 
     cmd = [sys.executable, "-m", "k3lab.cli.main"]
-    # as on a user's machine: byte-code cached (this sandbox sets PYTHONDONTWRITEBYTECODE); one warm-up run
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = _user_env()  # one warm-up run below writes the byte code
     subprocess.run(cmd + ["list"], env=env, capture_output=True, timeout=120)
     rounds: list[CliRound] = []
     tick = formats.ticker("bench")
@@ -133,7 +137,7 @@ def cli_start(repeat: int = 10) -> CliStart:
     """``k3lab --version`` as its own process, ``repeat`` times: the interpreter and the CLI's own imports, what
     every command pays before its work (issue #31: a module the CLI imports at start shows here first)."""
     cmd = [sys.executable, "-m", "k3lab.cli.main", "--version"]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # byte-code cached, as cli_processes
+    env = _user_env()
     subprocess.run(cmd, env=env, capture_output=True, timeout=60, check=True)  # the warm-up writes the byte code
     times = []
     for _ in range(repeat):
