@@ -105,8 +105,6 @@ def _write_reports(run_dir: Path) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    if args.stages_only and args.keep:
-        raise UsageError("--stages-only tears down after the stages; --keep has nothing to keep")
     with RunScope(log=_log) as scope:
         run = _bring_up(args, stages_only=args.stages_only, scope=scope)
         if args.keep:  # a deployment that came up stays up; a failed one is removed all the same

@@ -5,6 +5,7 @@ Which commands need a Docker engine is NO_DOCKER below; the help, the README and
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
@@ -48,8 +49,11 @@ def build(args: argparse.Namespace, target: str | None = None):
 def _needs_target(args: argparse.Namespace) -> None:
     """up and cycle: the sim target's [sim] extra and engine, then what the target itself needs."""
     from k3lab.launch import prereq
+    from k3lab.model.targetkinds import check_stages_only
 
-    name = prereq.for_target(f"k3lab {args.cmd}", args.scenario, args.target, args.inventory)
+    usage = functools.partial(check_stages_only, stages_only=getattr(args, "stages_only", False),
+                              keep=getattr(args, "keep", False))
+    name = prereq.for_target(f"k3lab {args.cmd}", args.scenario, args.target, args.inventory, usage)
     from k3lab.launch import targets  # a target's own needs (k8s: its client, a kubeconfig, an API that answers)
 
     prereq.require(f"k3lab {args.cmd}", *targets.get(name).prerequisites(args.scenario, args.inventory))

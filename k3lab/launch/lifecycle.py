@@ -24,7 +24,7 @@ from pathlib import Path
 import requests
 
 from k3lab import formats, outputs, settings, waits
-from k3lab.errors import ChecksFailed, EnvError, RunInterrupted, UsageError
+from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launch import findings, metrics, targets
 from k3lab.launch.backends import remove_by_label
 from k3lab.launch.endpoints import HTTP, describe, local_client
@@ -32,7 +32,7 @@ from k3lab.launch.pipeline import Phase, Pipeline
 from k3lab.launch.scope import Interrupted, RunScope
 from k3lab.launch.targets import Target
 from k3lab.launch.targets.lab import AttachedLab, LabTarget
-from k3lab.model import apikey, runs
+from k3lab.model import apikey, runs, targetkinds
 from k3lab.model.plan import Gate, Plan, Process
 from k3lab.preflight import checks as preflight
 from k3lab.render import artefacts as render
@@ -355,8 +355,7 @@ def up(scenario: str, inventory_path: str | None, options: dict[str, str], targe
     from k3lab.model.select import target as target_of
 
     tgt = target_of(scenario, target, inventory_path)
-    if stages_only and tgt != LabTarget.name:
-        raise UsageError("--stages-only proves a lab's hosts and hardware: give the lab inventory (-i lab.yaml)")
+    targetkinds.check_stages_only(tgt, stages_only)
     inv, inv_name = load_inventory(scenario, inventory_path)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     own = scope is None

@@ -126,15 +126,19 @@ def root() -> str | None:
     return None if os.geteuid() == 0 else "root (network namespaces, a bridge, engines): run it with sudo"
 
 
-def for_target(command: str, scenario: str, target: str | None, inventory: str | None) -> str:
+def for_target(command: str, scenario: str, target: str | None, inventory: str | None,
+               usage: Callable[[str], None] | None = None) -> str:
     """A bring-up's prerequisites: on the sim target the [sim] extra, and the local engine when no
     inventory names the nodes' engine; a lab's engines are its nodes', which its host stage names. The
-    target's name: the caller then checks what the target itself asks (``Target.prerequisites``)."""
+    target's name: the caller then checks what the target itself asks (``Target.prerequisites``).
+    ``usage``: the command's own usage checks on the target's name, run before any prerequisite."""
     from k3lab.model import select, targetkinds
 
     select.scenario_id(scenario)  # a bad scenario is bad input (exit 2) before a missing engine (exit 3)
     name = select.target(scenario, target, inventory)
     kind = targetkinds.kind(name)
+    if usage is not None:
+        usage(name)
     if kind.live is not None:  # a render-only target: refused before anything is created
         raise UsageError(f"{command}: {kind.live}")
     if kind.simulated:

@@ -36,6 +36,8 @@ class TargetKind:
     manifests: bool = False
     # k3lab up / cycle can bring a plan up there; when not, they refuse with this remedy (exit 2)
     live: str | None = None
+    # the hosts and their hardware are proven in stages of their own before any engine (up --stages-only)
+    host_stages: bool = False
 
 
 SIM_DEVIATIONS = (
@@ -66,7 +68,7 @@ KINDS: dict[str, TargetKind] = {k.name: k for k in (
     TargetKind("sim", "the simulator", "the simulator", real_hosts=False, simulated=True, own_subnet=True, names_containers=True,
                needs_inventory=False, deviations=SIM_DEVIATIONS),
     TargetKind("lab", "a lab", "a lab (each node its own Docker endpoint)", real_hosts=True, simulated=False,
-               own_subnet=False, names_containers=False, needs_inventory=True),
+               own_subnet=False, names_containers=False, needs_inventory=True, host_stages=True),
     TargetKind("k8s", "Kubernetes", "Kubernetes (pods with host networking on the inventory's nodes, created "
                "through the API by k3lab up, or by kubectl apply from the manifests)", real_hosts=True,
                simulated=False, own_subnet=False, names_containers=True, needs_inventory=True,
@@ -75,6 +77,16 @@ KINDS: dict[str, TargetKind] = {k.name: k for k in (
 
 DEFAULT = "sim"  # without --target and without an inventory
 WITH_INVENTORY = "lab"  # without --target, given an inventory
+
+
+def check_stages_only(target: str, stages_only: bool, keep: bool = False) -> None:
+    """``up --stages-only``'s usage errors (exit 2), which the CLI asks before any prerequisite (exit 3)."""
+    if not stages_only:
+        return
+    if keep:
+        raise UsageError("--stages-only tears down after the stages; --keep has nothing to keep")
+    if not kind(target).host_stages:
+        raise UsageError("--stages-only proves a lab's hosts and hardware: give the lab inventory (-i lab.yaml)")
 
 
 def kind(name: str) -> TargetKind:

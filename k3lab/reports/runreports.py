@@ -13,10 +13,16 @@ from k3lab import formats, outputs
 from k3lab.errors import InputError
 from k3lab.model import policy as policies
 from k3lab.reports import gate, report
+from k3lab.reports.rows import VerdictDoc
 
 
 def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Path]:
     """summary.md, report.html and gate.json of RUN_DIR, judged under the policy (default: the kit's)."""
+    return _judge(run_dir, policy_path)[0]
+
+
+def _judge(run_dir: str | Path, policy_path: str | None) -> tuple[dict[str, Path], VerdictDoc]:
+    """The reports written and the verdict they show (the caller needs not read gate.json back)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run directory (runs/<run>/, see k3lab status)")
@@ -26,14 +32,13 @@ def rebuild(run_dir: str | Path, policy_path: str | None = None) -> dict[str, Pa
     verdict = gate.evaluate_run(policies.load(policy_path).for_scenario(run.scenario), run_dir)
     doc = verdict.to_json()
     outputs.write_file(run_dir / "gate.json", json.dumps(doc, indent=2) + "\n", flag="report")
-    return {**report.write_reports(run_dir, doc, run), "gate": run_dir / "gate.json"}
+    return {**report.write_reports(run_dir, doc, run), "gate": run_dir / "gate.json"}, doc
 
 
 def cmd_report(args) -> int:
     """``k3lab report RUN [--policy FILE]``: the reports' paths, then the gate's verdict line; exits by the
     verdict as ``k3lab release`` does (PASS 0, FAIL 1, INCOMPLETE 3), so a script can gate on it."""
-    written = rebuild(args.run, args.policy)
-    verdict = json.loads(written["gate"].read_text())
+    written, verdict = _judge(args.run, args.policy)
     reasons = verdict.get("reasons") or []
     doc = {"run": str(args.run), "reports": {kind: str(path) for kind, path in written.items()},
            "verdict": verdict["verdict"], "label": verdict.get("label") or verdict["verdict"],

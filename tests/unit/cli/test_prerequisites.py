@@ -154,3 +154,13 @@ def test_the_real_cli_exits_3_in_one_line(tmp_path):
     assert res.returncode == errors.ENVIRONMENT and "apt-get install docker.io" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "runs").exists()
     assert elapsed < 10, f"{elapsed:.2f}s"  # under 1 s on an idle machine; the bound leaves room for a loaded CI
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["up", "a3_pd_1m", "--stages-only"], "--stages-only proves a lab's hosts and hardware"),
+    (["up", "a3_pd_1m", "--stages-only", "--keep"], "--keep has nothing to keep"),
+])
+def test_a_usage_error_comes_before_a_missing_engine(capsys, argv, words):
+    """Bad input is exit 2 whatever the machine lacks: fixing the engine first would only meet the usage error."""
+    code, err, _ = run(capsys, *argv)
+    assert code == errors.USAGE and words in err, err
