@@ -183,13 +183,17 @@ MAX_CANDIDATES = 200_000  # lines holding one needle in one file that are tried 
 
 
 class _Seen:
-    """Per signature of one file: matches counted (to MAX_MATCHES) and the first line starts kept."""
+    """Per signature of one file: matches counted (to MAX_MATCHES) and the first line starts kept; lines before
+    ``floor`` (where the service came up for good) are not counted: what it printed before did not stop it."""
 
-    def __init__(self) -> None:
+    def __init__(self, floor: int = 0) -> None:
         self.count: dict[int, int] = {}
         self.starts: dict[int, list[int]] = {}
+        self.floor = floor
 
     def add(self, i: int, start: int) -> bool:
+        if start < self.floor:
+            return True
         n = self.count.get(i, 0)
         if n >= MAX_MATCHES:
             return False
@@ -253,7 +257,7 @@ def _passes(needles: list[tuple[bytes, list[int]]]) -> list[tuple[bytes | re.Pat
 
 def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
     """Every active signature over one file, grouped by cause id."""
-    seen = _Seen()
+    seen = _Seen(max(0, _up_at(f.data, 0)))  # a service that came up and stayed up: its earlier lines are no cause
     pairs = cat.signatures
     for needle, idx in _passes(cat.needles):
         sigs = [(i, pairs[i][1]) for i in idx if i in active]
@@ -319,10 +323,13 @@ _NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\
 _READY = (b"Application startup complete.", b"Uvicorn running on ", b"Starting vLLM API server ",
           b'"GET /health HTTP/1.1" 200')
 # ...unless the log shows the service going down after it: a traceback, a dead engine or worker, a crash, a
-# non-zero exit (vllm-ascend#5509: "Worker proc VllmWorker-0 died unexpectedly"; vLLM's EngineDeadError)
+# non-zero exit (vllm-ascend#5509: "Worker proc VllmWorker-0 died unexpectedly"; vLLM's EngineDeadError), or
+# uvicorn shutting the application down: it logs "Application startup complete." before it binds the port, and
+# on a failed bind goes straight to "Waiting for application shutdown." (openui#226, fast-stable-diffusion#1481)
 # (literals found by bytes.find: one regex alternation of them scans ~10 MB/s, too slow for a big log)
 _FATAL = (b"Traceback (most recent call last)", b"EngineDeadError", b" died", b"Segmentation fault", b"core dumped",
-          b"Fatal Python error", b"Aborted", b"*** Check failure", b"SIGBUS", b"SIGSEGV", b"SIGKILL", b"SIGABRT")
+          b"Fatal Python error", b"Aborted", b"*** Check failure", b"SIGBUS", b"SIGSEGV", b"SIGKILL", b"SIGABRT",
+          b"Waiting for application shutdown")
 _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  # a literal prefix: re's fast search
 # ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
