@@ -314,7 +314,12 @@ _ERROR_LINE = re.compile(
     re.M)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
-_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]")
+_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]"
+                        rb"|can be (?:safely )?ignored")
+# ...nor is an error message the log announced as harmless: vLLM's and SGLang's Triton decode-attention kernels
+# print "The following error message 'operation scheduled before its operands' can be ignored." before Triton's
+# own "loc(...): error: operation scheduled before its operands" (vllm#14447, sglang#4058)
+_IGNORABLE = re.compile(rb"error message '([^'\n]{4,200})' can be (?:safely )?ignored")
 # The service shown to have come up: uvicorn's start-up lines and vLLM's own (dev excerpts: uvicorn#458 and
 # vllm#8204 "Application startup complete.", "Uvicorn running on"; vllm#30749 "Starting vLLM API server 0 on"),
 # or a health probe answered (uvicorn's access line, as in vllm#14736). Error lines before the last of them did
@@ -366,7 +371,11 @@ def _error_positions(data: bytes) -> tuple[list[int], int]:
     """The first error lines, and where the service came up after them for good (-1: it did not)."""
     begin = max(0, len(data) - FIRST_ERROR_BYTES)
     begin = data.find(b"\n", begin - 1) + 1 if begin else 0  # from a whole line
-    found = _line_starts(data, _ERROR_LINE, begin, lambda s, e: not _NOT_ERROR.search(data, s, e))
+    ignorable = [m[1] for m in _IGNORABLE.finditer(data)] if data.find(b"can be", begin) >= 0 else []
+
+    def an_error(s: int, e: int) -> bool:
+        return not _NOT_ERROR.search(data, s, e) and not any(data.find(x, s, e) >= 0 for x in ignorable)
+    found = _line_starts(data, _ERROR_LINE, begin, an_error)
     up = _up_at(data, begin)
     if up >= 0:  # nothing fatal after the service came up: only error lines before it, a note
         return [p for p in found if p < up], up
