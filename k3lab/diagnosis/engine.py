@@ -98,6 +98,12 @@ class Finding:
         times = [e.when for e in self.evidence if e.when is not None]
         return min(times) if times else None
 
+    @property
+    def warned_only(self) -> bool:
+        """Every line shown was logged at INFO or WARNING level: a component that only warned (Ray's object store
+        falling back from a small /dev/shm, Gloo falling back to loopback) points here less firmly than an error."""
+        return bool(self.evidence) and all(e.line and _NOT_ERROR.search(e.text.encode()) for e in self.evidence)
+
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
         # a cause the logs state outright is high confidence; a symptom (a timeout, a dead engine) only points
@@ -423,11 +429,12 @@ def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
     return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes, all(h.by_code for h in hits))
 
 
-def _order(f: Finding) -> tuple[int, int, float, int, str]:
-    # a cause's own wording outranks a cause inferred from an error code alone, within a tier
+def _order(f: Finding) -> tuple[int, int, int, float, int, str]:
+    # within a tier, a cause an error line states outranks one only warned about, and a cause's own wording one
+    # inferred from an error code alone
     first = f.first
-    return (0 if f.cause.tier == "cause" else 1, int(f.by_code), first if first is not None else math.inf,
-            -f.cause.weight, f.cause.id)
+    return (0 if f.cause.tier == "cause" else 1, int(f.warned_only), int(f.by_code),
+            first if first is not None else math.inf, -f.cause.weight, f.cause.id)
 
 
 def _results(root: Path) -> tuple[list[runs.ResultRow], dict[str, str], list[str]]:
