@@ -106,8 +106,9 @@ class Finding:
 
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
-        # a cause the logs state outright is high confidence; a symptom (a timeout, a dead engine) only points
-        confidence = "high" if c.tier == "cause" else "medium"
+        # a cause an error line states outright is high confidence; a symptom (a timeout, a dead engine) or a cause
+        # only warned about only points
+        confidence = "high" if c.tier == "cause" and not self.warned_only else "medium"
         return {"id": c.id, "title": c.title, "component": c.component, "tier": c.tier, "confidence": confidence,
                 "node": self.node,
                 "nodes": self.nodes, "count": self.count, "explanation": c.explanation, "remedy": c.remedy,

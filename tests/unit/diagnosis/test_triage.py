@@ -219,3 +219,6 @@ def test_a_cause_only_warned_about_ranks_below_one_an_error_states(tmp_path, cap
     assert main(["triage", "--all", str(root)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("cause: gloo-loopback") and "shm-too-small" in out
+    assert main(["triage", "--json", str(root)]) == 1
+    shm = next(f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "shm-too-small")
+    assert shm["confidence"] == "medium"  # a warning only points
