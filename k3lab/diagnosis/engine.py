@@ -98,10 +98,17 @@ class Finding:
         times = [e.when for e in self.evidence if e.when is not None]
         return min(times) if times else None
 
+    @property
+    def warned_only(self) -> bool:
+        """Every line shown was logged at INFO or WARNING level: a component that only warned (Ray's object store
+        falling back from a small /dev/shm, Gloo falling back to loopback) points here less firmly than an error."""
+        return bool(self.evidence) and all(e.line and _NOT_ERROR.search(e.text.encode()) for e in self.evidence)
+
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
-        # a cause the logs state outright is high confidence; a symptom (a timeout, a dead engine) only points
-        confidence = "high" if c.tier == "cause" else "medium"
+        # a cause an error line states outright is high confidence; a symptom (a timeout, a dead engine) or a cause
+        # only warned about only points
+        confidence = "high" if c.tier == "cause" and not self.warned_only else "medium"
         return {"id": c.id, "title": c.title, "component": c.component, "tier": c.tier, "confidence": confidence,
                 "node": self.node,
                 "nodes": self.nodes, "count": self.count, "explanation": c.explanation, "remedy": c.remedy,
@@ -183,13 +190,17 @@ MAX_CANDIDATES = 200_000  # lines holding one needle in one file that are tried 
 
 
 class _Seen:
-    """Per signature of one file: matches counted (to MAX_MATCHES) and the first line starts kept."""
+    """Per signature of one file: matches counted (to MAX_MATCHES) and the first line starts kept; lines before
+    ``floor`` (where the service came up for good) are not counted: what it printed before did not stop it."""
 
-    def __init__(self) -> None:
+    def __init__(self, floor: int = 0) -> None:
         self.count: dict[int, int] = {}
         self.starts: dict[int, list[int]] = {}
+        self.floor = floor
 
     def add(self, i: int, start: int) -> bool:
+        if start < self.floor:
+            return True
         n = self.count.get(i, 0)
         if n >= MAX_MATCHES:
             return False
@@ -253,7 +264,7 @@ def _passes(needles: list[tuple[bytes, list[int]]]) -> list[tuple[bytes | re.Pat
 
 def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
     """Every active signature over one file, grouped by cause id."""
-    seen = _Seen()
+    seen = _Seen(max(0, _up_at(f.data, 0)))  # a service that came up and stayed up: its earlier lines are no cause
     pairs = cat.signatures
     for needle, idx in _passes(cat.needles):
         sigs = [(i, pairs[i][1]) for i in idx if i in active]
@@ -310,7 +321,12 @@ _ERROR_LINE = re.compile(
     re.M)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
-_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]")
+_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]"
+                        rb"|can be (?:safely )?ignored")
+# ...nor is an error message the log announced as harmless: vLLM's and SGLang's Triton decode-attention kernels
+# print "The following error message 'operation scheduled before its operands' can be ignored." before Triton's
+# own "loc(...): error: operation scheduled before its operands" (vllm#14447, sglang#4058)
+_IGNORABLE = re.compile(rb"error message '([^'\n]{4,200})' can be (?:safely )?ignored")
 # The service shown to have come up: uvicorn's start-up lines and vLLM's own (dev excerpts: uvicorn#458 and
 # vllm#8204 "Application startup complete.", "Uvicorn running on"; vllm#30749 "Starting vLLM API server 0 on"),
 # or a health probe answered (uvicorn's access line, as in vllm#14736). Error lines before the last of them did
@@ -319,10 +335,13 @@ _NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\
 _READY = (b"Application startup complete.", b"Uvicorn running on ", b"Starting vLLM API server ",
           b'"GET /health HTTP/1.1" 200')
 # ...unless the log shows the service going down after it: a traceback, a dead engine or worker, a crash, a
-# non-zero exit (vllm-ascend#5509: "Worker proc VllmWorker-0 died unexpectedly"; vLLM's EngineDeadError)
+# non-zero exit (vllm-ascend#5509: "Worker proc VllmWorker-0 died unexpectedly"; vLLM's EngineDeadError), or
+# uvicorn shutting the application down: it logs "Application startup complete." before it binds the port, and
+# on a failed bind goes straight to "Waiting for application shutdown." (openui#226, fast-stable-diffusion#1481)
 # (literals found by bytes.find: one regex alternation of them scans ~10 MB/s, too slow for a big log)
 _FATAL = (b"Traceback (most recent call last)", b"EngineDeadError", b" died", b"Segmentation fault", b"core dumped",
-          b"Fatal Python error", b"Aborted", b"*** Check failure", b"SIGBUS", b"SIGSEGV", b"SIGKILL", b"SIGABRT")
+          b"Fatal Python error", b"Aborted", b"*** Check failure", b"SIGBUS", b"SIGSEGV", b"SIGKILL", b"SIGABRT",
+          b"Waiting for application shutdown")
 _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  # a literal prefix: re's fast search
 # ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
@@ -359,7 +378,11 @@ def _error_positions(data: bytes) -> tuple[list[int], int]:
     """The first error lines, and where the service came up after them for good (-1: it did not)."""
     begin = max(0, len(data) - FIRST_ERROR_BYTES)
     begin = data.find(b"\n", begin - 1) + 1 if begin else 0  # from a whole line
-    found = _line_starts(data, _ERROR_LINE, begin, lambda s, e: not _NOT_ERROR.search(data, s, e))
+    ignorable = [m[1] for m in _IGNORABLE.finditer(data)] if data.find(b"can be", begin) >= 0 else []
+
+    def an_error(s: int, e: int) -> bool:
+        return not _NOT_ERROR.search(data, s, e) and not any(data.find(x, s, e) >= 0 for x in ignorable)
+    found = _line_starts(data, _ERROR_LINE, begin, an_error)
     up = _up_at(data, begin)
     if up >= 0:  # nothing fatal after the service came up: only error lines before it, a note
         return [p for p in found if p < up], up
@@ -407,11 +430,12 @@ def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
     return Finding(cause, evidence[:KEEP], sum(h.count for h in hits), nodes, all(h.by_code for h in hits))
 
 
-def _order(f: Finding) -> tuple[int, int, float, int, str]:
-    # a cause's own wording outranks a cause inferred from an error code alone, within a tier
+def _order(f: Finding) -> tuple[int, int, int, float, int, str]:
+    # within a tier, a cause an error line states outranks one only warned about, and a cause's own wording one
+    # inferred from an error code alone
     first = f.first
-    return (0 if f.cause.tier == "cause" else 1, int(f.by_code), first if first is not None else math.inf,
-            -f.cause.weight, f.cause.id)
+    return (0 if f.cause.tier == "cause" else 1, int(f.warned_only), int(f.by_code),
+            first if first is not None else math.inf, -f.cause.weight, f.cause.id)
 
 
 def _results(root: Path) -> tuple[list[runs.ResultRow], dict[str, str], list[str]]:

@@ -142,7 +142,7 @@ DEV = LOGS.parent / "triage_corpus" / "dev"
 
 def _joined(tmp_path: Path, *parts: tuple[str, slice]) -> Path:
     """One node's log made of real dev excerpts' lines, in the order given (each excerpt's own lines unchanged)."""
-    (tmp_path / "n0").mkdir()
+    (tmp_path / "n0").mkdir(parents=True)
     lines = [line for name, cut in parts for line in (DEV / name).read_text().splitlines()[cut]]
     (tmp_path / "n0" / "engine.log").write_text("\n".join(lines) + "\n")
     return tmp_path
@@ -187,3 +187,38 @@ def test_a_readiness_line_does_not_hide_a_cause(tmp_path, capsys):
     (tmp_path / "n0" / "engine.log").write_text(text)
     assert main(["triage", str(tmp_path)]) == 1
     assert capsys.readouterr().out.startswith("cause: npu-oom")
+
+
+def test_a_cause_printed_before_the_service_came_up_for_good_is_no_failure(tmp_path, capsys):
+    # vllm#7514: a bind that failed ("[Errno 98] Address already in use", vllm#9763's line) and a retry that came up
+    # (vllm#30749's "Starting vLLM API server 0 on"), nothing fatal after it: the service is up, exit 0
+    root = _joined(tmp_path, ("port-in-use--vllm-9763.log", ALL), ("healthy--vllm-30749.log", ALL))
+    assert main(["triage", str(root)]) == 0
+    assert not capsys.readouterr().out.startswith("cause:")
+
+
+def test_uvicorn_shutting_down_after_startup_complete_is_fatal(tmp_path, capsys):
+    # uvicorn logs "Application startup complete." before it binds the port, then shuts the application down:
+    # openui#226's bind failure is the cause, fast-stable-diffusion#1481's (errno 99, no catalogue cause) a first error
+    assert main(["triage", str(_joined(tmp_path / "a", ("api-port-in-use--openui-226.log", ALL)))]) == 1
+    assert capsys.readouterr().out.startswith("cause: api-port-in-use")
+    assert main(["triage", str(_joined(tmp_path / "b", ("unknown--fast-stable-diffusion-1481.log", ALL)))]) == 1
+    assert "cannot assign requested address" in capsys.readouterr().out
+
+
+def test_an_error_message_the_log_says_can_be_ignored_is_no_error(tmp_path, capsys):
+    # sglang#4058: "The following error message 'operation scheduled before its operands' can be ignored."
+    assert main(["triage", str(_joined(tmp_path, ("healthy--sglang-4058.log", ALL)))]) == 0
+    assert "first error" not in capsys.readouterr().out
+
+
+def test_a_cause_only_warned_about_ranks_below_one_an_error_states(tmp_path, capsys):
+    # llmaz#238's Ray warning (01-14: the object store falls back from a 64 MB /dev/shm and the run goes on), then
+    # vllm#5094's Gloo failure logged at ERROR (05-29): the error is the cause, the earlier warning follows it
+    root = _joined(tmp_path, ("shm-too-small--llmaz-238.log", ALL), ("gloo-loopback--vllm-5094.log", ALL))
+    assert main(["triage", "--all", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("cause: gloo-loopback") and "shm-too-small" in out
+    assert main(["triage", "--json", str(root)]) == 1
+    shm = next(f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "shm-too-small")
+    assert shm["confidence"] == "medium"  # a warning only points
