@@ -6,7 +6,8 @@ states, "unknown" (a cause the catalogue does not hold) or "healthy". The split 
 written from dev/ only. heldout2/ (``split: heldout2``) is a second held-out set, collected in one go before
 the signature changes of #32's second pass and never used to write one: the honest measure once heldout/'s
 misses are known. heldout3/ (``split: heldout3``) is a third, collected in one go from broad searches without
-reading the signatures, after the third pass, to measure only. A case is right when the top cause is the stated
+reading the signatures, after the third pass, to measure only; heldout4/ a fourth, collected during the fourth
+pass by helpers who read neither the catalogue nor the engine. A case is right when the top cause is the stated
 one; an unknown log is right when no cause is named and the first error is shown; a healthy log is right when
 nothing is flagged. A wrong cause named with confidence (a root cause, not a symptom such as "an engine died,
 see the lines before it", on an unknown or healthy log or instead of the stated cause) is the worst outcome and
@@ -32,6 +33,7 @@ from k3lab.diagnosis.engine import diagnose
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
 INDEX: dict[str, dict[str, str]] = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
+SEALED = ("heldout2", "heldout3", "heldout4")
 
 
 @dataclass
@@ -98,7 +100,7 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
     for name, meta in INDEX.items():
         assert meta["url"].startswith("https://"), name
         assert meta["cause"] in ids, f"{name}: {meta['cause']} is no catalogue cause"
-        if meta.get("split") in ("heldout2", "heldout3", "heldout4"):  # sealed held-out sets: chosen by date, not by hash
+        if meta.get("split") in SEALED:  # sealed held-out sets: chosen by date, not by hash
             assert name.startswith(f"{meta['split']}/"), f"{name}: marked {meta['split']} but not in {meta['split']}/"
             continue
         held = int(hashlib.sha1(meta["url"].encode()).hexdigest(), 16) % 5 == 0
@@ -124,9 +126,14 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # upstream strings (42 more dev excerpts, 14 of them healthy). heldout3's Ascend/pytorch#16, labelled unknown when
 # the catalogue had no such cause, is now named cuda-path-on-npu ('Torch not compiled with CUDA enabled' after
 # Tensor.to(3)): arguably right, counted wrong because labels are never moved after scoring; its cap is 9.
+# heldout4, the fourth sealed set (three collectors who read neither the catalogue nor the engine, during that
+# pass; the 7 threads a signature helper also took into dev were dropped before it was scored): 17/26 = 65%,
+# floor 0.62. Its 4 wrong answers: a healthy start-up's Gloo loopback warnings named gloo-loopback, numpy 2 with
+# CANN 8.2.1 named driver-cann-mismatch, two Mooncake excerpts of INFO lines only (no line fails); 4 silent logs,
+# all excerpts without a failing line (INFO lines only, or a traceback cut before its exception).
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
                          [("dev", 0.97, 0, 0), ("heldout", 0.80, 0, 1), ("heldout2", 0.69, 2, 0),
-                          ("heldout3", 0.22, 9, 2)])
+                          ("heldout3", 0.22, 9, 2), ("heldout4", 0.62, 4, 4)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
@@ -139,5 +146,5 @@ def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
 
 
 if __name__ == "__main__":
-    for part in sys.argv[1:] or ["dev", "heldout", "heldout2", "heldout3"]:
+    for part in sys.argv[1:] or ["dev", "heldout", "heldout2", "heldout3", "heldout4"]:
         print("\n".join(table(part, score(part))))
