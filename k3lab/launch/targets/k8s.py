@@ -26,7 +26,7 @@ from k3lab.errors import ChecksFailed, UsageError
 from k3lab.launch.endpoints import ClientPool, CommandResult, NodeHost
 from k3lab.launch.pipeline import Phase
 from k3lab.launch.scope import RunScope
-from k3lab.launch.targets.base import Files, Target
+from k3lab.launch.targets.base import Files, Removed, Target
 from k3lab.launch.targets.registry import register
 from k3lab.model.inventory import K8s
 from k3lab.model.plan import NodePlan, Plan, Process
@@ -64,7 +64,7 @@ class K8sTarget(Target):
         self.kubeconfig = settings.current().kubeconfig
         self.objects: list[dict[str, Any]] = []  # the rendered objects, in the order they are applied
         self.pods: dict[str, list[PodOf]] = {}  # node -> its pods, the engine's first
-        self.removed = 0
+        self.removed: dict[str, int] = {}  # kind -> objects the teardown removed
         self.teardown_s = 0.0
         self._hosts = {k8s.node_name(n.name): n.name for n in plan.nodes}
 
@@ -129,10 +129,14 @@ class K8sTarget(Target):
         from k3lab.launch.targets.k8sapi import ApiUnreachable
 
         try:
-            self.cluster.delete(ref)
+            self._count(self.cluster.delete(ref))
         except ApiUnreachable:
             return {"k8s": self.cluster.server}
         return {}
+
+    def _count(self, gone: dict[str, int]) -> None:
+        for kind, n in gone.items():
+            self.removed[kind] = self.removed.get(kind, 0) + n
 
     def create(self, node: NodePlan) -> None:
         """The node's pod comes from its group's object, created by :meth:`prepare`."""
@@ -257,7 +261,7 @@ class K8sTarget(Target):
 
         t = time.monotonic()
         try:
-            self.removed += self.cluster.delete_run(self.run_id, settings.current().teardown_deadline_s)
+            self._count(self.cluster.delete_run(self.run_id, settings.current().teardown_deadline_s))
             self.left = {}
         except (ApiUnreachable, TimeoutError) as exc:
             self.scope.log(f"run {self.run_id}: {exc}")
@@ -272,18 +276,29 @@ class K8sTarget(Target):
         return {node: PodHost(node, cluster.server, pods.split(",")[0], ClientPool(), cluster=cluster)
                 for node, pods in state.containers.items() if pods}
 
+    def removed_what(self) -> str:
+        from k3lab.launch.targets.k8sapi import removed
+
+        return f"{removed(self.removed, self.run_id)} ({self.cluster.where()})"
+
     @classmethod
-    def down_recorded(cls, state: RunState) -> dict[str, str] | None:
-        """``k3lab down RUN`` and ``--all``: the objects labelled with the recorded run, from the recorded
-        context and namespace."""
-        from k3lab.launch.targets.k8sapi import ApiUnreachable
+    def down_recorded(cls, state: RunState) -> Removed:
+        """``k3lab down RUN``: the objects labelled with the recorded run, from the recorded context and
+        namespace."""
+        from k3lab.launch.targets.k8sapi import ApiUnreachable, removed
 
         cluster = _recorded_cluster(state)
         try:
-            cluster.delete_run(state.run, settings.current().teardown_deadline_s)
+            counts = cluster.delete_run(state.run, settings.current().teardown_deadline_s)
         except (ApiUnreachable, TimeoutError):
-            return {"k8s": cluster.server}
-        return {}
+            return Removed("nothing", {"k8s": cluster.server})
+        return Removed(f"{removed(counts, state.run)} ({cluster.where()})")
+
+    @classmethod
+    def down_all(cls, states: list[RunState]) -> dict[str, Removed]:
+        """``k3lab down --all``: each recorded k8s run that is not down, in its own context (there is no
+        cluster-wide "every run" without one: a kubeconfig may name many clusters)."""
+        return {state.run: cls.down_recorded(state) for state in states}
 
 
 def _recorded_cluster(state: RunState) -> Cluster:

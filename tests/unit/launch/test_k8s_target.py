@@ -20,7 +20,9 @@ from k3lab.errors import RunInterrupted  # noqa: E402
 from k3lab.launch import lifecycle  # noqa: E402
 from k3lab.launch.scope import RunScope  # noqa: E402
 from k3lab.launch.targets import k8sapi  # noqa: E402
+from k3lab.launch.targets.base import Removed  # noqa: E402
 from k3lab.launch.targets.k8s import K8sTarget, PodsNotReady  # noqa: E402
+from k3lab.launch.targets.sim import SimTarget  # noqa: E402
 from k3lab.model import runs  # noqa: E402
 from tests.unit.launch.k8s_apiserver import StandinApiServer, fake_stream  # noqa: E402
 from tests.unit.render.test_k8s import k8s_inventory  # noqa: E402
@@ -58,7 +60,7 @@ def _pods(api: StandinApiServer) -> list[str]:
     return [name for plural, name in api.kinds() if plural == "pods"]
 
 
-def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, inventory, gates):
+def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, inventory, gates, capsys):
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s")
     name = "k3lab-k3-a3-mixed"
     assert cluster.kinds() == [("configmaps", f"{name}-files"), ("leaderworkersets", f"{name}-mixed"),
@@ -82,6 +84,10 @@ def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, invento
     assert lifecycle.down(run) == {}
     assert cluster.kinds() == []
     assert runs.run_state(run.dir).status == "down"
+    said = capsys.readouterr().err
+    assert (f"run {run.id}: removed 4 Pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled k3lab.run={run.id} "
+            f"(context ascend-a3, server {cluster.url}) in ") in said
+    assert "container(s)" not in said and "run network" not in said
 
 
 def test_a_pod_that_never_becomes_ready_is_named_and_everything_is_removed(cluster, inventory, gates, monkeypatch):
@@ -159,7 +165,8 @@ def test_teardown_deletes_by_run_label_only(cluster):
         api.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"svc-{run}", "labels": {"k3lab.run": run}},
                     "spec": {"ports": [{"port": 8000}]}})
     assert len(_pods(cluster)) == 8
-    assert api.delete_run("r1", deadline=5) == 2  # the LWS and its service; its pods went with the LWS
+    assert api.delete_run("r1", deadline=5) == {"Pod": 4, "LeaderWorkerSet": 1, "Service": 1, "ConfigMap": 0,
+                                                  "Secret": 0}  # its pods went with the LWS
     assert {n for _, n in cluster.kinds()} == {"lws-r2", "svc-r2", *(f"lws-r2-0{s}" for s in ("", "-1", "-2", "-3"))}
     policy = {p.rsplit("/", 1)[1]: q.get("propagationPolicy") for m, p, q in cluster.requests if m == "DELETE"}
     assert policy == {"leaderworkersets": ["Foreground"], "services": ["Background"]}
@@ -171,8 +178,10 @@ def test_down_run_removes_a_recorded_k8s_run(cluster, inventory, gates, capsys):
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
     scope.keep()  # as --keep leaves it
     assert _pods(cluster)
+    capsys.readouterr()
     assert cli.main(["down", run.id]) == 0
     assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert f"run {run.id}: removed 4 Pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled" in capsys.readouterr().err
 
 
 def _manifests(run: str) -> dict[str, str]:
@@ -194,11 +203,50 @@ def test_the_suite_reaches_each_node_through_its_pod(cluster, inventory, gates):
     lifecycle.down(run)
 
 
-def test_down_all_finds_recorded_k8s_runs(cluster, inventory, gates, monkeypatch):
-    monkeypatch.setattr(lifecycle, "remove_by_label", lambda client, run: [])  # no local engine here
-    monkeypatch.setattr(lifecycle, "local_client", lambda: None)
+def test_down_all_finds_recorded_k8s_runs(cluster, inventory, gates, monkeypatch, capsys):
+    monkeypatch.setattr(SimTarget, "down_all", classmethod(lambda cls, states: {"": Removed("0 container(s)")}))
     scope = RunScope()
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
     scope.keep()
+    capsys.readouterr()
     assert lifecycle.down_all() == 0
     assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert (f"run {run.id}: removed 4 Pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled k3lab.run={run.id} "
+            "(context ascend-a3") in capsys.readouterr().err
+
+
+def test_down_all_without_a_docker_engine_still_removes_the_k8s_runs(cluster, inventory, gates, monkeypatch, capsys):
+    """A machine with a kubeconfig and no Docker engine: the engine is named in one line, the k8s run is
+    removed all the same, and the exit code (3) says that something was not reached."""
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    capsys.readouterr()
+    with settings.patched(docker_host="unix:///nonexistent"):
+        assert cli.main(["down", "--all"]) == 3
+    err = capsys.readouterr().err
+    assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    engine = [line for line in err.splitlines() if "target sim: not reached" in line]
+    assert len(engine) == 1 and "not reached" in engine[0] and "DOCKER_HOST=unix:///nonexistent: no such socket" in engine[0]
+    assert "apt-get install docker.io" in engine[0]
+    assert f"run {run.id}: removed 4 Pod(s)" in err
+    assert err.strip().splitlines()[-1].endswith("not reached: target sim: 'k3lab down --all' again once they answer")
+
+
+def test_down_all_names_an_unreachable_api_server_and_asks_docker_all_the_same(cluster, inventory, gates,
+                                                                                 monkeypatch, capsys):
+    swept = []
+    monkeypatch.setattr(SimTarget, "down_all", classmethod(lambda cls, states: swept.append(states) or
+                                                           {"": Removed("2 container(s) of k3lab runs")}))
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    server = cluster.url
+    cluster.__exit__()  # the API server stops answering
+    capsys.readouterr()
+    assert cli.main(["down", "--all"]) == 3
+    err = capsys.readouterr().err
+    assert swept == [[]] and "target sim: removed 2 container(s) of k3lab runs" in err
+    assert f"run {run.id}: NOT removed from k8s ({server.split('//')[1].split(':')[0]})" in err
+    assert runs.run_state(run.dir).status == "down-incomplete"
+    assert runs.run_state(run.dir).left == {"k8s": server}
