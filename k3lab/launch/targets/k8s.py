@@ -28,8 +28,10 @@ from k3lab.launch.pipeline import Phase
 from k3lab.launch.scope import RunScope
 from k3lab.launch.targets.base import Files, Removed, Target
 from k3lab.launch.targets.registry import register
+from k3lab.model import apikey
 from k3lab.model.inventory import K8s
 from k3lab.model.plan import NodePlan, Plan, Process
+from k3lab.render.k8s import api_key_secret
 
 if TYPE_CHECKING:
     from k3lab.launch.targets.k8sapi import Cluster, Ref
@@ -103,6 +105,9 @@ class K8sTarget(Target):
         from k3lab.launch.targets.k8sapi import ApiException, message
 
         self.objects = [o for text in manifests.values() for o in yaml.safe_load_all(text) if o]
+        key = apikey.get()
+        if key:  # first: the pods read it when their containers start
+            self.objects.insert(0, api_key_secret(self.plan, self.k8s, self.run_id, key))
         refused = []
         for obj in self.objects:
             try:
@@ -115,7 +120,8 @@ class K8sTarget(Target):
 
     # ------------------------------------------------------------------ creating
     def prepare(self) -> None:
-        """Every rendered object created in order, its deletion registered first; the sweep by label before
+        """Every rendered object (and the API key's Secret, which no file holds) created in order, its deletion
+        registered first; the sweep by label before
         them all (registered first, it runs last: it also waits until the pods are gone)."""
         self.scope.on_close(f"run {self.run_id} on Kubernetes ({self.cluster.where()})", self.teardown, key="k8s")
         for obj in self.objects:

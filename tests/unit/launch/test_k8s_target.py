@@ -90,6 +90,50 @@ def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, invento
     assert "container(s)" not in said and "run network" not in said
 
 
+KEY = "sk-k3lab-test-0123456789"
+
+
+def test_the_api_key_reaches_the_pods_through_a_secret_and_nowhere_else(cluster, inventory, gates, capsys,
+                                                                        monkeypatch):
+    scope = RunScope()
+    registered_first = []
+    real = k8sapi.Cluster.create
+
+    def create(self, obj, dry_run=False):
+        if obj["kind"] == "Secret" and not dry_run:
+            registered_first.append(f"Secret {obj['metadata']['name']}" in scope.registered())
+        return real(self, obj, dry_run)
+
+    monkeypatch.setattr(k8sapi.Cluster, "create", create)
+    with settings.patched(api_key=KEY):
+        run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+        assert registered_first == [True]
+        secret = cluster.objects[("secrets", "k3lab-k3-a3-mixed-api-key")]
+        assert secret["stringData"] == {"VLLM_API_KEY": KEY} and secret["metadata"]["labels"]["k3lab.run"] == run.id
+        # created first (the pods read it when they start), its deletion registered before its create
+        posts = [p for m, p, q in cluster.requests if m == "POST" and "dryRun" not in q]
+        assert posts[0].endswith("/secrets")
+        for pod in (o for (plural, _), o in cluster.objects.items() if plural == "pods"):
+            env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+            assert env["VLLM_API_KEY"] == {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {
+                "name": "k3lab-k3-a3-mixed-api-key", "key": "VLLM_API_KEY", "optional": True}}}
+        lifecycle.collect(run)
+        assert lifecycle.down(run) == {}
+    assert cluster.kinds() == []
+    assert "1 Secret(s)" in capsys.readouterr().err
+    leaks = [p for p in run.dir.rglob("*") if p.is_file() and KEY in p.read_text(errors="replace")]
+    assert leaks == []  # manifests, RUNBOOK, evidence, run-state: the value in none of them
+    assert KEY not in "".join(capsys.readouterr())
+
+
+def test_without_an_api_key_no_secret_is_made_and_the_pods_start_open(cluster, inventory, gates):
+    with settings.patched(api_key=None):
+        run = lifecycle.up(SCENARIO, inventory, {}, "k8s")
+    assert not [k for k in cluster.kinds() if k[0] == "secrets"]
+    assert [o["kind"] for o in run.target.objects] == ["ConfigMap", "LeaderWorkerSet"]
+    lifecycle.down(run)
+
+
 def test_a_pod_that_never_becomes_ready_is_named_and_everything_is_removed(cluster, inventory, gates, monkeypatch):
     never = "k3lab-k3-a3-mixed-mixed-0-2"
     cluster.ready = lambda pod: pod != never
