@@ -127,6 +127,12 @@ class Target(ABC):
         does not answer (the command names it and asks the other targets all the same). None: nothing to ask."""
         return None
 
+    @classmethod
+    def container_views(cls, state: RunState) -> dict[str, Any] | None:
+        """Per node, the conformance suite's view of its container(s) (``check_running()``,
+        ``check_matches_plan(plan)``); None: each node's container on its Docker endpoint (conformance/conftest.py)."""
+        return None
+
     def removed_what(self) -> str:
         """What this run's teardown removed, one phrase for the run's last log line."""
         return "nothing"

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from k3lab import settings
@@ -288,6 +289,17 @@ class K8sTarget(Target):
         return f"{removed(self.removed, self.run_id)} ({self.cluster.where()})"
 
     @classmethod
+    def container_views(cls, state: RunState) -> dict[str, Any]:
+        """Each node's pods for the suite's container checks, read through the API against the run's rendered
+        manifests (:mod:`.k8sview`)."""
+        from k3lab.launch.targets.k8sview import PodView, pod_templates
+
+        cluster = _recorded_cluster(state)
+        templates = pod_templates(Path(state.run_dir) / "rendered" / "k8s")
+        return _Views(state.run, {node: PodView(node, pods.split(","), cluster, templates, state.run)
+                                  for node, pods in state.containers.items() if pods})
+
+    @classmethod
     def down_recorded(cls, state: RunState) -> Removed:
         """``k3lab down RUN``: the objects labelled with the recorded run, from the recorded context and
         namespace."""
@@ -305,6 +317,17 @@ class K8sTarget(Target):
         """``k3lab down --all``: each recorded k8s run that is not down, in its own context (there is no
         cluster-wide "every run" without one: a kubeconfig may name many clusters)."""
         return {state.run: cls.down_recorded(state) for state in states}
+
+
+class _Views(dict):
+    """Node -> its :class:`~.k8sview.PodView`; a node without a recorded pod fails its own checks, named."""
+
+    def __init__(self, run_id: str, views: dict[str, Any]) -> None:
+        super().__init__(views)
+        self.run_id = run_id
+
+    def __missing__(self, node: str) -> Any:
+        raise AssertionError(f"{node}: run {self.run_id} recorded no pod for it (its pods never became Ready?)")
 
 
 def _recorded_cluster(state: RunState) -> Cluster:
