@@ -4,7 +4,7 @@ On sim and lab the suite reads each node's container on its Docker endpoint; her
 the Kubernetes API: the pod's phase and container statuses (running, Ready, restarts, and why a container
 waits: ``CrashLoopBackOff``, ``ImagePullBackOff``...), and its spec against the plan as the run rendered it
 (``RUN/rendered/k8s/``): image, command and arguments, environment, ``/dev/shm`` as an in-memory emptyDir
-of the planned size, host networking and the NPU resource limit. A failure names the node, the pod, the
+of the planned size, host networking, privileges, mounts and the NPU resource limit. A failure names the node, the pod, the
 cluster (context and server) and what to do. Secret values are never read, compared or printed: only where
 a variable's value comes from.
 """
@@ -158,11 +158,22 @@ def spec_problems(spec: dict[str, Any], want: dict[str, Any], node: NodePlan) ->
     host = node.container.network_mode == "host"
     if bool(spec.get("hostNetwork")) != host:
         out.append(f"hostNetwork {bool(spec.get('hostNetwork'))}, planned {host} (network {node.container.network_mode})")
+    out += _privileges_and_mounts(c, w, node)
     limits = (c.get("resources") or {}).get("limits") or {}
     for res, n in ((w.get("resources") or {}).get("limits") or {}).items():
         if str(limits.get(res)) != str(n):
             out.append(f"{res} limit {limits.get(res, 'none')}, planned {n} (the node's NPUs)")
     return out
+
+
+def _privileges_and_mounts(c: dict[str, Any], w: dict[str, Any], node: NodePlan) -> list[str]:
+    privileged = bool((c.get("securityContext") or {}).get("privileged"))
+    out = [] if privileged == node.container.privileged else \
+        [f"privileged={privileged}, planned {node.container.privileged}"]
+    have = {m.get("mountPath", "").rstrip("/") for m in c.get("volumeMounts") or []}
+    missing = [m["mountPath"] for m in w.get("volumeMounts") or [] if m["mountPath"].rstrip("/") not in have
+               and m["mountPath"].rstrip("/") != "/dev/shm"]  # /dev/shm: said by the shm check
+    return out + ([f"missing mounts {missing}"] if missing else [])
 
 
 def _container(spec: dict[str, Any]) -> dict[str, Any]:

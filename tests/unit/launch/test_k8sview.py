@@ -154,6 +154,11 @@ FAULTS = {
     "host network": (lambda s: s.update(hostNetwork=False), "hostNetwork False, planned True (network host)"),
     "NPUs": (lambda s: s["containers"][0]["resources"]["limits"].update({"huawei.com/ascend-1980": "8"}),
              "huawei.com/ascend-1980 limit 8, planned 16 (the node's NPUs)"),
+    "unprivileged": (lambda s: s["containers"][0].update(securityContext={"privileged": False}),
+                     "privileged=False, planned True"),
+    "no weights": (lambda s: s["containers"][0].update(
+        volumeMounts=[m for m in s["containers"][0]["volumeMounts"] if m["name"] != "weights"]),
+        "missing mounts ['/root/.cache']"),
     "extra env": (lambda s: s["containers"][0]["env"].append({"name": "HCCL_BUFFSIZE", "value": "1"}),
                   "environment has HCCL_BUFFSIZE, which the render does not set"),
     "no node env": (lambda s: s["containers"][0].update(env=s["containers"][0]["env"][1:]),
