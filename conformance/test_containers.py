@@ -52,7 +52,7 @@ def _container(state, node, docker_clients):
 @pytest.mark.conformance(
     id="containers.test_container_running", area="containers",
     must="Every planned node container MUST be running and MUST NOT have restarted.",
-    remedy="read the container's log on its node (docker logs NAME) for why it exited or restarted, fix that, then bring the run up again.")
+    remedy="read the container's log on its node (docker logs NAME; on k8s kubectl logs --previous POD) for why it exited or restarted, fix that, then bring the run up again.")
 def test_container_running(node, view):
     view.check_running()
 
@@ -68,7 +68,7 @@ def _docker_running(node, state, docker_clients) -> None:
 
 @pytest.mark.conformance(
     id="containers.test_container_matches_plan", area="containers",
-    must="Each container MUST have the planned shm size, privileges, network, devices and mounts.",
+    must="Each container MUST have the planned shm size, privileges, network, devices and mounts (a k8s pod also its image, command, environment and NPU limit).",
     remedy="start the container only through k3lab up (it applies the plan's shm, privileges, network, devices and mounts); remove a container created by hand.")
 def test_container_matches_plan(node, plan, view):
     view.check_matches_plan(plan)
