@@ -315,8 +315,13 @@ class K8sTarget(Target):
     @classmethod
     def down_all(cls, states: list[RunState]) -> dict[str, Removed]:
         """``k3lab down --all``: each recorded k8s run that is not down, in its own context (there is no
-        cluster-wide "every run" without one: a kubeconfig may name many clusters)."""
-        return {state.run: cls.down_recorded(state) for state in states}
+        cluster-wide "every run" without one: a kubeconfig may name many clusters). The runs at once: each
+        is bounded by its own calls' deadlines, and one cluster that does not answer holds up no other."""
+        from k3lab.launch.endpoints import each_host, reason
+
+        done, failed = each_host(cls.down_recorded, {s.run: s for s in states}, None)
+        return {s.run: done[s.run] if s.run in done else Removed("nothing", {"k8s": reason(failed[s.run])})
+                for s in states}
 
 
 class _Views(dict):

@@ -294,3 +294,21 @@ def test_down_all_names_an_unreachable_api_server_and_asks_docker_all_the_same(c
     assert f"run {run.id}: NOT removed from k8s ({server.split('//')[1].split(':')[0]})" in err
     assert runs.run_state(run.dir).status == "down-incomplete"
     assert runs.run_state(run.dir).left == {"k8s": server}
+
+
+def test_down_all_a_recorded_k8s_run_it_cannot_place_holds_up_no_other(cluster, inventory, gates, monkeypatch, capsys):
+    monkeypatch.setattr(SimTarget, "down_all", classmethod(lambda cls, states: {"": Removed("0 container(s)")}))
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    doc = json.loads((run.dir / runs.RUN_STATE).read_text())
+    doc.pop("k8s")  # a run-state that names no context (written by hand, or an older kit)
+    doc["run"] = "orphan"
+    (settings.current().runs / "orphan").mkdir()
+    (settings.current().runs / "orphan" / runs.RUN_STATE).write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert cli.main(["down", "--all"]) == 3
+    err = capsys.readouterr().err
+    assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert "run orphan: NOT removed from k8s (UsageError: run orphan: its run-state names no k8s context" in err
+    assert runs.run_state(settings.current().runs / "orphan").status == "down-incomplete"
