@@ -178,6 +178,15 @@ def docker_clients(state, client_pool):
 
 
 @pytest.fixture(scope="session")
+def containers(state):
+    """Per node: its container(s) as the target describes them to the container checks (k8s: the pods,
+    through its API); None: each node's container on its own Docker endpoint (test_containers.py reads it)."""
+    from k3lab.launch import targets
+
+    return targets.get(state.target).container_views(state) if state.target else None
+
+
+@pytest.fixture(scope="session")
 def http():
     session = requests.Session()
     session.trust_env = False  # the kit host's proxy variables never apply to the deployment's own addresses

@@ -238,15 +238,15 @@ def _down_by_target(path: Path, state: runs.RunState) -> bool:
         return False
     from k3lab.launch import targets
 
-    missed = targets.get(state.target).down_recorded(state)
-    if missed is None:
+    done = targets.get(state.target).down_recorded(state)
+    if done is None:
         return False
-    update = {"status": "down-incomplete" if missed else "down", "left": missed}
+    update = {"status": "down-incomplete" if done.left else "down", "left": done.left}
     outputs.write_run_file(path, state.model_copy(update=update).model_dump_json(indent=2))
-    if missed:
-        raise EnvError(f"run {state.run} is still on {describe_left(missed)}: it did not answer; run "
+    if done.left:
+        raise EnvError(f"run {state.run} is still on {describe_left(done.left)}: it did not answer; run "
                        f"'k3lab down {state.run}' again once it does")
-    _log(f"run {state.run}: removed")
+    _log(f"run {state.run}: removed {done.what}")
     return True
 
 

@@ -59,14 +59,6 @@ def _needs_target(args: argparse.Namespace) -> None:
     prereq.require(f"k3lab {args.cmd}", *targets.get(name).prerequisites(args.scenario, args.inventory))
 
 
-def _needs_engine(args: argparse.Namespace) -> None:
-    """down --all: the kit host's own engine (down RUN and status check the endpoints they use)."""
-    if args.all and args.run is None:  # with a run id too it is a usage error, which the handler names
-        from k3lab.launch import prereq
-
-        prereq.for_endpoints("k3lab down --all", [prereq.local_endpoint()])
-
-
 def _needs_live_sim(args: argparse.Namespace) -> None:
     """bench's live part: a sim bring-up."""
     if not args.no_live:
@@ -409,8 +401,9 @@ def _add_labemu(sub) -> None:
 def _add_down(sub) -> None:
     p = sub.add_parser("down", help="tear down a run, or every k3lab run with --all")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (k3lab status)")
-    p.add_argument("--all", action="store_true", help="every k3lab run on the local engine")
-    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_down", needs=_needs_engine))
+    p.add_argument("--all", action="store_true", help="every k3lab run: the local engine's, and each recorded run of the other targets")
+    # no prerequisite up front: down --all asks each target itself and names the one that does not answer
+    p.set_defaults(fn=lazy("k3lab.cli.commands", "cmd_down"))
 
 
 def _add_status(sub) -> None:

@@ -26,11 +26,11 @@ import requests
 from k3lab import formats, outputs, settings, waits
 from k3lab.errors import ChecksFailed, EnvError, RunInterrupted
 from k3lab.launch import findings, metrics, targets
-from k3lab.launch.backends import remove_by_label
-from k3lab.launch.endpoints import HTTP, describe, local_client
+from k3lab.launch.endpoints import HTTP, describe, each_host, reason
 from k3lab.launch.pipeline import Phase, Pipeline
 from k3lab.launch.scope import Interrupted, RunScope
 from k3lab.launch.targets import Target
+from k3lab.launch.targets.base import Removed
 from k3lab.launch.targets.lab import AttachedLab, LabTarget
 from k3lab.model import apikey, runs, targetkinds
 from k3lab.model.plan import Gate, Plan, Process
@@ -102,8 +102,7 @@ class Run:
         self.timings["teardown_s"] = getattr(self.target, "teardown_s", 0.0)
         # a hand-started deployment stays up: only the kit's own helpers were removed
         self.save("attached" if self.attached else "down-incomplete" if left else "down")
-        _log(f"run {self.id}: removed {getattr(self.target, 'removed', 0)} container(s) and the run network in "
-             f"{self.timings['teardown_s']:.1f}s")
+        _log(f"run {self.id}: removed {self.target.removed_what()} in {self.timings['teardown_s']:.1f}s")
         if left:
             _log(f"run {self.id}: NOT removed from {describe_left(left)}; 'k3lab down {self.id}' once they answer")
         return {}
@@ -574,29 +573,48 @@ def describe_left(left: dict[str, str]) -> str:
 
 
 def down_all() -> int:
-    """Every container of a k3lab run on the local engine, then every recorded run of a target that removes
-    its own (k8s: by the run label in the recorded context and namespace) and is not down yet."""
-    count = len(remove_by_label(local_client(), None))
-    _log(f"removed {count} container(s) of k3lab runs")
-    left: dict[str, str] = {}
+    """Every target asked at once, each within its own deadline: its k3lab runs removed (the sim: every
+    container of a k3lab run on the local engine; k8s: each recorded run that is not down, by its run label).
+    A target that does not answer is named in one line and the others proceed; exit 3 if any did not."""
+    recorded = _recorded_up()
+    names = targets.names()
+    deadline = settings.current().teardown_deadline_s + settings.current().answer_timeout_s
+
+    def ask(name: str) -> dict[str, Removed] | None:
+        return targets.get(name).down_all([s for _, s in recorded.values() if s.target == name])
+
+    answers, failures = each_host(ask, {n: n for n in names}, deadline)
+    left: list[str] = []
+    for name in names:
+        if name in failures:
+            _log(f"target {name}: not reached: {reason(failures[name])}")
+            left.append(f"target {name}")
+            continue
+        for run_id, done in (answers.get(name) or {}).items():
+            if run_id in recorded:
+                path, state = recorded[run_id]
+                outputs.write_run_file(path, state.model_copy(update={
+                    "status": "down-incomplete" if done.left else "down", "left": done.left}).model_dump_json(indent=2))
+            who = f"run {run_id}" if run_id else f"target {name}"
+            _log(f"{who}: " + (f"NOT removed from {describe_left(done.left)}" if done.left else f"removed {done.what}"))
+            left += [f"run {run_id} on {describe_left(done.left)}"] if done.left else []
+    if left:
+        raise EnvError(f"not reached: {'; '.join(left)}: 'k3lab down --all' again once they answer")
+    return 0
+
+
+def _recorded_up() -> dict[str, tuple[Path, runs.RunState]]:
+    """Run id -> (run-state path, state) of every recorded run of a named target that is not down."""
+    out = {}
     for path in sorted(settings.current().runs.glob(f"*/{runs.RUN_STATE}")):
         try:
             state = runs.run_state(path.parent)
         except (OSError, ValueError) as exc:
             _log(f"{path}: skipped ({exc})")
             continue
-        if state.status in ("down", "attached") or not state.target:
-            continue
-        missed = targets.get(state.target).down_recorded(state)
-        if missed is None:
-            continue  # the local sweep above removed it
-        outputs.write_run_file(path, state.model_copy(
-            update={"status": "down-incomplete" if missed else "down", "left": missed}).model_dump_json(indent=2))
-        _log(f"run {state.run}: " + (f"NOT removed from {describe_left(missed)}" if missed else "removed"))
-        left.update({f"{state.run}/{k}": v for k, v in missed.items()})
-    if left:
-        raise EnvError(f"runs still on {describe_left(left)}: 'k3lab down --all' again once they answer")
-    return 0
+        if state.status not in ("down", "attached") and state.target:
+            out[state.run] = (path, state)
+    return out
 
 
 def attach(scenario: str, inventory_path: str, options: dict[str, str], scope: RunScope) -> Run:

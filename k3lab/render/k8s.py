@@ -33,6 +33,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 ENGINE_KINDS = ("provider", "engine", "launcher")
 HOSTNAME = "kubernetes.io/hostname"
 _KEY_RE = re.compile(r"[-._a-zA-Z0-9]+")
+API_KEY = "VLLM_API_KEY"  # the Secret's key; the engines read it under this name, the proxy as OPENAI_API_KEY
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,7 @@ class _Manifests:
     def __init__(self, plan: Plan, inv: Inventory, k8s: K8s, run_label: str | None):
         self.plan, self.inv, self.k8s = plan, inv, k8s
         self.base = "k3lab-" + plan.scenario.replace("_", "-")
-        self.labels = {"app.kubernetes.io/managed-by": "k3lab", "k3lab.scenario": plan.scenario,
-                       "k3lab.run": run_label or f"render-{plan.scenario}"}
+        self.labels = _labels(plan, run_label)
         self.hosts = {n.name: self._host(n.name) for n in plan.nodes}
         self.stage_of = {pid: s for s in plan.stages for pid in s.processes}
 
@@ -204,7 +204,8 @@ class _Manifests:
             "name": "node", "image": c.image, "imagePullPolicy": "IfNotPresent",
             # bash -i: the guide's interactive shell (~/.bashrc, set_env.sh), as k3lab up's shell parity gives
             "command": ["bash", "-ic", f"exec bash {FILES_AT}/{ENTRY} {' '.join(kinds)}"],
-            "env": [{"name": "K3_K8S_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "env": [{"name": "K3_K8S_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    *self._api_key_env(kinds)],
             "securityContext": {"privileged": c.privileged},
             "volumeMounts": self._mounts(c)}
         if npus:
@@ -224,6 +225,16 @@ class _Manifests:
         if self.k8s.node_selector:
             spec["nodeSelector"] = dict(self.k8s.node_selector)
         return spec
+
+    def _api_key_env(self, kinds: list[str]) -> list[dict[str, Any]]:
+        """The API key from the run's Secret, as ``k3lab up`` passes it on a lab: ``VLLM_API_KEY`` to the
+        engines, ``OPENAI_API_KEY`` to the proxy. Optional: the guides ship without a key, and a pod whose
+        Secret is absent starts without the variable (an open API, as ``docker run`` without ``-e``), where a
+        required reference would leave it in CreateContainerConfigError."""
+        names = (["VLLM_API_KEY"] if any(k in ENGINE_KINDS for k in kinds) else []) + \
+                (["OPENAI_API_KEY"] if "proxy" in kinds else [])
+        return [{"name": n, "valueFrom": {"secretKeyRef": {"name": secret_name(self.plan), "key": API_KEY,
+                                                          "optional": True}}} for n in names]
 
     def _host_mounts(self, c: Container) -> list[tuple[str, str, bool]]:
         """The container's -v mounts but /root/.cache, which the weights volume replaces."""
@@ -259,7 +270,14 @@ class _Manifests:
                  "from the ConfigMap and starts its processes in the order above; step 0 still applies to every "
                  "host. Apply one file at a time, in this order, and wait for what it made to be ready (the "
                  "pods' readiness probes are the stages' gates; a LeaderWorkerSet starts its workers once its "
-                 "leader, the group's head, is Ready, and is Available once its group is):", "", "```"]
+                 "leader, the group's head, is Ready, and is Available once its group is).", "",
+                 "If the deployment requires an API key, create its Secret first, from your shell (no file holds "
+                 "it; the pods read it as `VLLM_API_KEY`, the proxy as `OPENAI_API_KEY`; without the Secret "
+                 "they start without a key):", "", "```",
+                 f'{kc} create secret generic {secret_name(self.plan)} --from-literal={API_KEY}="$VLLM_API_KEY"',
+                 f"{kc} label secret {secret_name(self.plan)} "
+                 + " ".join(f"{k}={v}" for k, v in {**self.labels, "k3lab.group": "api-key"}.items()),
+                 "```", "", "Then the manifests, in order:", "", "```"]
         timeouts = {s.name: int(s.timeout_s) for s in self.plan.stages}
         for name, objs in docs.items():
             lines.append(f"{kc} apply -f k8s/{name}")
@@ -271,13 +289,34 @@ class _Manifests:
                     lines.append(f"{kc} wait --for=condition=Available leaderworkerset/{what} "
                                  f"--timeout={timeouts.get('heads', 0) + timeouts.get('workers', 0)}s")
         lines += ["```", "", "Then check the gates of the stages above that no probe covers (every engine's "
-                  "`/health` and `/v1/models`, the proxy's instance counts) with their commands. To remove "
-                  "everything:", "", "```", f"{kc} delete -f k8s/", "```", "",
+                  "`/health` and `/v1/models`, the proxy's instance counts) with their commands (with "
+                  "`-H \"Authorization: Bearer $VLLM_API_KEY\"` on `/v1/` when there is a key). To remove "
+                  "everything:", "", "```", f"{kc} delete -f k8s/",
+                  f"{kc} delete secret {secret_name(self.plan)} --ignore-not-found", "```", "",
                   f"`k3lab up` / `k3lab cycle --target k8s -i INVENTORY` do the same through the Kubernetes API "
                   f"(the `[k8s]` extra, context `{k.context}`): a server-side dry run of every object first, then "
-                  "the objects labelled with the run, the pods awaited Ready, the gates checked, and everything "
+                  "the objects labelled with the run (the Secret too when `K3LAB_API_KEY` is set), the pods awaited Ready, the gates checked, and everything "
                   "with the run's label deleted at the end (`k3lab down RUN` if it was kept)."]
         return "\n".join(lines) + "\n"
+
+
+def secret_name(plan: Plan) -> str:
+    return f"k3lab-{plan.scenario.replace('_', '-')}-api-key"
+
+
+def api_key_secret(plan: Plan, k8s: K8s, run_label: str, value: str) -> dict[str, Any]:
+    """The Secret the k8s target creates when the run has an API key. Never written under OUT/k8s/: a
+    manifest without its value would be applied by ``kubectl apply -f k8s/`` as an empty key (an open API
+    that looks secured) or invite pasting the key into a file that gets committed; by hand the RUNBOOK's
+    ``kubectl create secret`` takes it from the shell, as its ``docker run`` steps take ``$VLLM_API_KEY``."""
+    meta = {"name": secret_name(plan), "namespace": k8s.namespace,
+            "labels": {**_labels(plan, run_label), "k3lab.group": "api-key"}}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "stringData": {API_KEY: value}}
+
+
+def _labels(plan: Plan, run_label: str | None) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "k3lab", "k3lab.scenario": plan.scenario,
+            "k3lab.run": run_label or f"render-{plan.scenario}"}
 
 
 def _probe(gate: Gate | None, host: str | None) -> dict[str, Any] | None:

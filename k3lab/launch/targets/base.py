@@ -13,6 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import docker
@@ -35,6 +36,15 @@ if TYPE_CHECKING:
     from k3lab.model.runs import RunState
 
 Files = dict[str, tuple[bytes, int]]
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What a removal outside a live run did (``k3lab down RUN``, ``--all``): ``what`` it removed, one phrase
+    ("3 container(s)", "4 pod(s), 1 LeaderWorkerSet(s)"), and the places it could not reach (name -> where)."""
+
+    what: str
+    left: dict[str, str] = field(default_factory=dict)
 
 
 class Target(ABC):
@@ -105,10 +115,27 @@ class Target(ABC):
         return None
 
     @classmethod
-    def down_recorded(cls, state: RunState) -> dict[str, str] | None:
-        """``k3lab down RUN`` / ``--all`` for a recorded run of this target, without its Run: the places not
-        reached. None: the Docker sweep of the run's endpoints removes it."""
+    def down_recorded(cls, state: RunState) -> Removed | None:
+        """``k3lab down RUN`` for a recorded run of this target, without its Run: what it removed and the
+        places not reached. None: the Docker sweep of the run's endpoints removes it."""
         return None
+
+    @classmethod
+    def down_all(cls, states: list[RunState]) -> dict[str, Removed] | None:
+        """``k3lab down --all`` on this target: everything of k3lab runs it can find, given its recorded runs
+        that are not down; what was removed per run id ("": what no run-state names). Raise when its place
+        does not answer (the command names it and asks the other targets all the same). None: nothing to ask."""
+        return None
+
+    @classmethod
+    def container_views(cls, state: RunState) -> dict[str, Any] | None:
+        """Per node, the conformance suite's view of its container(s) (``check_running()``,
+        ``check_matches_plan(plan)``); None: each node's container on its Docker endpoint (conformance/conftest.py)."""
+        return None
+
+    def removed_what(self) -> str:
+        """What this run's teardown removed, one phrase for the run's last log line."""
+        return "nothing"
 
     # ------------------------------------------------------------- the nodes
     @abstractmethod
@@ -239,3 +266,7 @@ class DockerTarget(Target):
 
     def state(self) -> dict[str, Any]:
         return {"ssh": self.ssh.as_dict()}
+
+    def removed_what(self) -> str:
+        return f"{self.removed} container(s) and the run network"
+

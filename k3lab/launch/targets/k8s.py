@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from k3lab import settings
@@ -26,10 +27,12 @@ from k3lab.errors import ChecksFailed, UsageError
 from k3lab.launch.endpoints import ClientPool, CommandResult, NodeHost
 from k3lab.launch.pipeline import Phase
 from k3lab.launch.scope import RunScope
-from k3lab.launch.targets.base import Files, Target
+from k3lab.launch.targets.base import Files, Removed, Target
 from k3lab.launch.targets.registry import register
+from k3lab.model import apikey
 from k3lab.model.inventory import K8s
 from k3lab.model.plan import NodePlan, Plan, Process
+from k3lab.render.k8s import api_key_secret
 
 if TYPE_CHECKING:
     from k3lab.launch.targets.k8sapi import Cluster, Ref
@@ -64,7 +67,7 @@ class K8sTarget(Target):
         self.kubeconfig = settings.current().kubeconfig
         self.objects: list[dict[str, Any]] = []  # the rendered objects, in the order they are applied
         self.pods: dict[str, list[PodOf]] = {}  # node -> its pods, the engine's first
-        self.removed = 0
+        self.removed: dict[str, int] = {}  # kind -> objects the teardown removed
         self.teardown_s = 0.0
         self._hosts = {k8s.node_name(n.name): n.name for n in plan.nodes}
 
@@ -103,6 +106,9 @@ class K8sTarget(Target):
         from k3lab.launch.targets.k8sapi import ApiException, message
 
         self.objects = [o for text in manifests.values() for o in yaml.safe_load_all(text) if o]
+        key = apikey.get()
+        if key:  # first: the pods read it when their containers start
+            self.objects.insert(0, api_key_secret(self.plan, self.k8s, self.run_id, key))
         refused = []
         for obj in self.objects:
             try:
@@ -115,7 +121,8 @@ class K8sTarget(Target):
 
     # ------------------------------------------------------------------ creating
     def prepare(self) -> None:
-        """Every rendered object created in order, its deletion registered first; the sweep by label before
+        """Every rendered object (and the API key's Secret, which no file holds) created in order, its deletion
+        registered first; the sweep by label before
         them all (registered first, it runs last: it also waits until the pods are gone)."""
         self.scope.on_close(f"run {self.run_id} on Kubernetes ({self.cluster.where()})", self.teardown, key="k8s")
         for obj in self.objects:
@@ -129,10 +136,14 @@ class K8sTarget(Target):
         from k3lab.launch.targets.k8sapi import ApiUnreachable
 
         try:
-            self.cluster.delete(ref)
+            self._count(self.cluster.delete(ref))
         except ApiUnreachable:
             return {"k8s": self.cluster.server}
         return {}
+
+    def _count(self, gone: dict[str, int]) -> None:
+        for kind, n in gone.items():
+            self.removed[kind] = self.removed.get(kind, 0) + n
 
     def create(self, node: NodePlan) -> None:
         """The node's pod comes from its group's object, created by :meth:`prepare`."""
@@ -257,7 +268,7 @@ class K8sTarget(Target):
 
         t = time.monotonic()
         try:
-            self.removed += self.cluster.delete_run(self.run_id, settings.current().teardown_deadline_s)
+            self._count(self.cluster.delete_run(self.run_id, settings.current().teardown_deadline_s))
             self.left = {}
         except (ApiUnreachable, TimeoutError) as exc:
             self.scope.log(f"run {self.run_id}: {exc}")
@@ -272,18 +283,56 @@ class K8sTarget(Target):
         return {node: PodHost(node, cluster.server, pods.split(",")[0], ClientPool(), cluster=cluster)
                 for node, pods in state.containers.items() if pods}
 
+    def removed_what(self) -> str:
+        from k3lab.launch.targets.k8sapi import removed
+
+        return f"{removed(self.removed, self.run_id)} ({self.cluster.where()})"
+
     @classmethod
-    def down_recorded(cls, state: RunState) -> dict[str, str] | None:
-        """``k3lab down RUN`` and ``--all``: the objects labelled with the recorded run, from the recorded
-        context and namespace."""
-        from k3lab.launch.targets.k8sapi import ApiUnreachable
+    def container_views(cls, state: RunState) -> dict[str, Any]:
+        """Each node's pods for the suite's container checks, read through the API against the run's rendered
+        manifests (:mod:`.k8sview`)."""
+        from k3lab.launch.targets.k8sview import PodView, pod_templates
+
+        cluster = _recorded_cluster(state)
+        templates = pod_templates(Path(state.run_dir) / "rendered" / "k8s")
+        return _Views(state.run, {node: PodView(node, pods.split(","), cluster, templates, state.run)
+                                  for node, pods in state.containers.items() if pods})
+
+    @classmethod
+    def down_recorded(cls, state: RunState) -> Removed:
+        """``k3lab down RUN``: the objects labelled with the recorded run, from the recorded context and
+        namespace."""
+        from k3lab.launch.targets.k8sapi import ApiUnreachable, removed
 
         cluster = _recorded_cluster(state)
         try:
-            cluster.delete_run(state.run, settings.current().teardown_deadline_s)
+            counts = cluster.delete_run(state.run, settings.current().teardown_deadline_s)
         except (ApiUnreachable, TimeoutError):
-            return {"k8s": cluster.server}
-        return {}
+            return Removed("nothing", {"k8s": cluster.server})
+        return Removed(f"{removed(counts, state.run)} ({cluster.where()})")
+
+    @classmethod
+    def down_all(cls, states: list[RunState]) -> dict[str, Removed]:
+        """``k3lab down --all``: each recorded k8s run that is not down, in its own context (there is no
+        cluster-wide "every run" without one: a kubeconfig may name many clusters). The runs at once: each
+        is bounded by its own calls' deadlines, and one cluster that does not answer holds up no other."""
+        from k3lab.launch.endpoints import each_host, reason
+
+        done, failed = each_host(cls.down_recorded, {s.run: s for s in states}, None)
+        return {s.run: done[s.run] if s.run in done else Removed("nothing", {"k8s": reason(failed[s.run])})
+                for s in states}
+
+
+class _Views(dict):
+    """Node -> its :class:`~.k8sview.PodView`; a node without a recorded pod fails its own checks, named."""
+
+    def __init__(self, run_id: str, views: dict[str, Any]) -> None:
+        super().__init__(views)
+        self.run_id = run_id
+
+    def __missing__(self, node: str) -> Any:
+        raise AssertionError(f"{node}: run {self.run_id} recorded no pod for it (its pods never became Ready?)")
 
 
 def _recorded_cluster(state: RunState) -> Cluster:

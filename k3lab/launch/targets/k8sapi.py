@@ -25,8 +25,15 @@ __all__ = ["ApiException", "ApiUnreachable", "Cluster", "Ref", "Refused"]
 T = TypeVar("T")
 RUN_LABEL = "k3lab.run"  # the label every object of a run carries (the render's, the containers' on sim/lab)
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")  # group, version, plural
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # the label the LWS controller puts on a set's pods
 # core kinds the render may make: kind -> (create, delete one, delete by label, list) of CoreV1Api
 CORE = {"ConfigMap": "config_map", "Pod": "pod", "Service": "service", "Secret": "secret"}
+
+
+def removed(counts: dict[str, int], run_id: str) -> str:
+    """``4 pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled k3lab.run=RUN``: what a sweep removed."""
+    kinds = ", ".join(f"{n} {kind}(s)" for kind, n in counts.items() if n)
+    return f"{kinds or 'nothing'} labelled {RUN_LABEL}={run_id}"
 
 
 class ApiUnreachable(HostUnreachable):
@@ -149,12 +156,16 @@ class Cluster:
             raise Refused(exc, f"{'a dry run of ' if dry_run else ''}{kind} {name}", self.where()) from None
         return Ref(kind, name)
 
-    def delete(self, ref: Ref) -> None:
-        """One object, its dependents in the background; one that is gone already is fine."""
+    def delete(self, ref: Ref) -> dict[str, int]:
+        """One object, its dependents in the background; one that is gone already is fine. What went, per kind
+        (a LeaderWorkerSet's pods, counted by the label its controller gives them, go with it)."""
+        gone = {ref.kind: 1}
         try:
             if ref.kind == "LeaderWorkerSet":
+                pods = self._served("list pods", self.core.list_namespaced_pod, f"{LWS_NAME_LABEL}={ref.name}")
                 self.call(f"delete {ref.kind} {ref.name}", self.custom.delete_namespaced_custom_object, *LWS[:2],
                           self.namespace, LWS[2], ref.name, propagation_policy="Foreground")
+                gone = {"Pod": _live(pods), **gone}
             else:
                 fn = getattr(self.core, f"delete_namespaced_{CORE[ref.kind]}")
                 self.call(f"delete {ref.kind} {ref.name}", fn, ref.name, self.namespace,
@@ -162,26 +173,34 @@ class Cluster:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            return {}
+        return gone
 
-    def delete_run(self, run_id: str, deadline: float) -> int:
+    def delete_run(self, run_id: str, deadline: float) -> dict[str, int]:
         """Everything labelled with the run: the LeaderWorkerSets (their pods go with them, Foreground), then
-        the pods, services, config maps and secrets; waits until no pod of the run is left. Objects deleted."""
+        the pods, services, config maps and secrets; waits until no pod of the run is left. Per kind, how many
+        it deleted: counted from lists first (the client reads a delete-collection answer as a Status, without
+        items), the pods before the LeaderWorkerSets take theirs, and none already being deleted (a
+        Foreground deletion keeps an object listed until its dependents are gone: counted by its deleter)."""
         selector = f"{RUN_LABEL}={run_id}"
         listed = self.call("list LeaderWorkerSets", self.custom.list_namespaced_custom_object, *LWS[:2],
                            self.namespace, LWS[2], label_selector=selector)
-        count = len(listed.get("items", [])) if isinstance(listed, dict) else 0
-        if count:
+        items = listed.get("items", []) if isinstance(listed, dict) else []
+        counts = {"Pod": _live(self._served("list pods", self.core.list_namespaced_pod, selector))}
+        counts["LeaderWorkerSet"] = sum(not (o.get("metadata") or {}).get("deletionTimestamp") for o in items)
+        if items:
             self.call("delete LeaderWorkerSets", self.custom.delete_collection_namespaced_custom_object, *LWS[:2],
                       self.namespace, LWS[2], label_selector=selector, propagation_policy="Foreground")
-        for kind in ("pod", "service", "config_map", "secret"):
-            # counted from a list first: the client reads a delete-collection answer as a Status, without items
-            there = self._served(f"list {kind}s", getattr(self.core, f"list_namespaced_{kind}"), selector)
+        for kind in ("Pod", "Service", "ConfigMap", "Secret"):
+            plural = CORE[kind]
+            there = self._served(f"list {plural}s", getattr(self.core, f"list_namespaced_{plural}"), selector)
+            if kind != "Pod":
+                counts[kind] = _live(there)
             if there:
-                self.call(f"delete {kind}s", getattr(self.core, f"delete_collection_namespaced_{kind}"), self.namespace,
-                          label_selector=selector, propagation_policy="Background")
-                count += len(there)
+                self.call(f"delete {plural}s", getattr(self.core, f"delete_collection_namespaced_{plural}"),
+                          self.namespace, label_selector=selector, propagation_policy="Background")
         self.wait_gone(selector, deadline)
-        return count
+        return counts
 
     def _served(self, what: str, fn: Callable[..., Any], selector: str) -> list[Any]:
         """The objects ``fn`` lists; none where the server does not serve the kind (a 404 on the collection:
@@ -203,3 +222,8 @@ class Cluster:
                 names = ", ".join(p.metadata.name for p in left)
                 raise TimeoutError(f"pods still there {deadline:g} s after their deletion ({self.where()}): {names}")
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+
+
+def _live(objs: list[Any]) -> int:
+    """How many of the listed objects are not being deleted already."""
+    return sum(o.metadata is None or o.metadata.deletion_timestamp is None for o in objs)

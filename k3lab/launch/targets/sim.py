@@ -5,19 +5,22 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 from docker.types import IPAMConfig, IPAMPool
 
 from k3lab import paths, settings
 from k3lab.errors import EnvError
-from k3lab.launch.backends import LABEL
-from k3lab.launch.endpoints import LOCAL_ENDPOINT, ClientPool, docker_client, local_client
+from k3lab.launch.backends import LABEL, remove_by_label
+from k3lab.launch.endpoints import LOCAL_ENDPOINT, ClientPool, HostUnreachable, docker_client, local_client
 from k3lab.launch.scope import RunScope
-from k3lab.launch.targets.base import DockerTarget, Files
+from k3lab.launch.targets.base import DockerTarget, Files, Removed
 from k3lab.launch.targets.registry import register
 from k3lab.model.plan import NodePlan, Plan, Stage
+
+if TYPE_CHECKING:
+    from k3lab.model.runs import RunState
 
 FIXTURES = paths.FIXTURES
 NEIGHBOURS = "/run/k3lab-sim/neighbours"  # the ip -batch file of the node's permanent neighbour entries
@@ -79,6 +82,20 @@ class SimTarget(DockerTarget):
     @property
     def pool(self) -> ClientPool:
         return self._pool
+
+    @classmethod
+    def down_all(cls, states: list[RunState]) -> dict[str, Removed]:
+        """``k3lab down --all``: every container (and network) of a k3lab run on the local engine, recorded
+        or not (a run whose run-state is gone still carries the label). An engine that is not there or does
+        not answer raises, named with what to do (:func:`k3lab.launch.prereq.docker_engine`)."""
+        from k3lab.launch import prereq
+
+        endpoint = prereq.local_endpoint()
+        missing = prereq.docker_engine(endpoint)
+        if missing:
+            raise HostUnreachable(f"the local engine: needs {missing}")
+        count = len(remove_by_label(local_client(), None))
+        return {"": Removed(f"{count} container(s) of k3lab runs on the local engine ({endpoint})")}
 
     def client(self, node: NodePlan) -> docker.DockerClient:
         return self.engine

@@ -57,7 +57,8 @@ def assert_missing(code: int, err: str, elapsed: float, *needles: str) -> None:
     assert elapsed < 2.0, f"{elapsed:.2f}s"
 
 
-@pytest.mark.parametrize("argv", [["up", "a3_pd_1m"], ["cycle", "a3_pd_1m"], ["down", "--all"], ["status"],
+# down --all has no prerequisite up front: it asks each target (tests/unit/launch/test_k8s_target.py)
+@pytest.mark.parametrize("argv", [["up", "a3_pd_1m"], ["cycle", "a3_pd_1m"], ["status"],
                                   ["down", "20260101-000000-abcd"], ["bench"]])
 def test_no_engine_is_exit_3_with_the_install_command(capsys, argv):
     code, err, elapsed = run(capsys, *argv)

@@ -19,8 +19,10 @@ selectors, ``_request_timeout``, error mapping) is exercised end to end:
 What it does NOT do: scheduling, kubelets, containers, watches, RBAC, defaulting, resourceVersion semantics.
 Its "controller" turns a LeaderWorkerSet into its leader and worker pods at once (names ``NAME-0`` and
 ``NAME-0-i`` as the LWS controller names them), placed on the hosts their node affinity lists; a pod's
-Ready condition is whatever the test says (``ready``). Pod exec is a websocket channel protocol this stand-in
-does not speak: the tests fake it at the ``kubernetes.stream.stream`` boundary (:func:`fake_stream`).
+Ready condition is whatever the test says (``ready``), and so is any other part of its status
+(``pod_status``: a waiting reason, restarts, a phase, as a kubelet would report them). Pod exec is a
+websocket channel protocol this stand-in does not speak: the tests fake it at the ``kubernetes.stream.stream``
+boundary (:func:`fake_stream`).
 """
 from __future__ import annotations
 
@@ -78,6 +80,7 @@ class StandinApiServer:
         self.logs: dict[str, str] = {}
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.ready: Callable[[str], bool] = lambda pod: True
+        self.pod_status: dict[str, dict] = {}  # pod -> status fields the test sets (a kubelet's report, faked)
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -118,6 +121,7 @@ class StandinApiServer:
             "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready,
                                    "restartCount": 0, "started": True, "state": {"running": {"startedAt": NOW}}}
                                   for c in pod["spec"]["containers"]]}
+        out["status"].update(copy.deepcopy(self.pod_status.get(pod["metadata"]["name"], {})))
         return out
 
     def store(self, plural: str, obj: dict, owner: dict | None = None) -> dict:

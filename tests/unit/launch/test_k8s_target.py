@@ -20,7 +20,9 @@ from k3lab.errors import RunInterrupted  # noqa: E402
 from k3lab.launch import lifecycle  # noqa: E402
 from k3lab.launch.scope import RunScope  # noqa: E402
 from k3lab.launch.targets import k8sapi  # noqa: E402
+from k3lab.launch.targets.base import Removed  # noqa: E402
 from k3lab.launch.targets.k8s import K8sTarget, PodsNotReady  # noqa: E402
+from k3lab.launch.targets.sim import SimTarget  # noqa: E402
 from k3lab.model import runs  # noqa: E402
 from tests.unit.launch.k8s_apiserver import StandinApiServer, fake_stream  # noqa: E402
 from tests.unit.render.test_k8s import k8s_inventory  # noqa: E402
@@ -58,7 +60,7 @@ def _pods(api: StandinApiServer) -> list[str]:
     return [name for plural, name in api.kinds() if plural == "pods"]
 
 
-def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, inventory, gates):
+def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, inventory, gates, capsys):
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s")
     name = "k3lab-k3-a3-mixed"
     assert cluster.kinds() == [("configmaps", f"{name}-files"), ("leaderworkersets", f"{name}-mixed"),
@@ -82,6 +84,54 @@ def test_healthy_up_applies_waits_execs_collects_and_tears_down(cluster, invento
     assert lifecycle.down(run) == {}
     assert cluster.kinds() == []
     assert runs.run_state(run.dir).status == "down"
+    said = capsys.readouterr().err
+    assert (f"run {run.id}: removed 4 Pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled k3lab.run={run.id} "
+            f"(context ascend-a3, server {cluster.url}) in ") in said
+    assert "container(s)" not in said and "run network" not in said
+
+
+KEY = "sk-k3lab-test-0123456789"
+
+
+def test_the_api_key_reaches_the_pods_through_a_secret_and_nowhere_else(cluster, inventory, gates, capsys,
+                                                                        monkeypatch):
+    scope = RunScope()
+    registered_first = []
+    real = k8sapi.Cluster.create
+
+    def create(self, obj, dry_run=False):
+        if obj["kind"] == "Secret" and not dry_run:
+            registered_first.append(f"Secret {obj['metadata']['name']}" in scope.registered())
+        return real(self, obj, dry_run)
+
+    monkeypatch.setattr(k8sapi.Cluster, "create", create)
+    with settings.patched(api_key=KEY):
+        run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+        assert registered_first == [True]
+        secret = cluster.objects[("secrets", "k3lab-k3-a3-mixed-api-key")]
+        assert secret["stringData"] == {"VLLM_API_KEY": KEY} and secret["metadata"]["labels"]["k3lab.run"] == run.id
+        # created first (the pods read it when they start), its deletion registered before its create
+        posts = [p for m, p, q in cluster.requests if m == "POST" and "dryRun" not in q]
+        assert posts[0].endswith("/secrets")
+        for pod in (o for (plural, _), o in cluster.objects.items() if plural == "pods"):
+            env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+            assert env["VLLM_API_KEY"] == {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {
+                "name": "k3lab-k3-a3-mixed-api-key", "key": "VLLM_API_KEY", "optional": True}}}
+        lifecycle.collect(run)
+        assert lifecycle.down(run) == {}
+    assert cluster.kinds() == []
+    assert "1 Secret(s)" in capsys.readouterr().err
+    leaks = [p for p in run.dir.rglob("*") if p.is_file() and KEY in p.read_text(errors="replace")]
+    assert leaks == []  # manifests, RUNBOOK, evidence, run-state: the value in none of them
+    assert KEY not in "".join(capsys.readouterr())
+
+
+def test_without_an_api_key_no_secret_is_made_and_the_pods_start_open(cluster, inventory, gates):
+    with settings.patched(api_key=None):
+        run = lifecycle.up(SCENARIO, inventory, {}, "k8s")
+    assert not [k for k in cluster.kinds() if k[0] == "secrets"]
+    assert [o["kind"] for o in run.target.objects] == ["ConfigMap", "LeaderWorkerSet"]
+    lifecycle.down(run)
 
 
 def test_a_pod_that_never_becomes_ready_is_named_and_everything_is_removed(cluster, inventory, gates, monkeypatch):
@@ -159,7 +209,8 @@ def test_teardown_deletes_by_run_label_only(cluster):
         api.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"svc-{run}", "labels": {"k3lab.run": run}},
                     "spec": {"ports": [{"port": 8000}]}})
     assert len(_pods(cluster)) == 8
-    assert api.delete_run("r1", deadline=5) == 2  # the LWS and its service; its pods went with the LWS
+    assert api.delete_run("r1", deadline=5) == {"Pod": 4, "LeaderWorkerSet": 1, "Service": 1, "ConfigMap": 0,
+                                                  "Secret": 0}  # its pods went with the LWS
     assert {n for _, n in cluster.kinds()} == {"lws-r2", "svc-r2", *(f"lws-r2-0{s}" for s in ("", "-1", "-2", "-3"))}
     policy = {p.rsplit("/", 1)[1]: q.get("propagationPolicy") for m, p, q in cluster.requests if m == "DELETE"}
     assert policy == {"leaderworkersets": ["Foreground"], "services": ["Background"]}
@@ -171,8 +222,10 @@ def test_down_run_removes_a_recorded_k8s_run(cluster, inventory, gates, capsys):
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
     scope.keep()  # as --keep leaves it
     assert _pods(cluster)
+    capsys.readouterr()
     assert cli.main(["down", run.id]) == 0
     assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert f"run {run.id}: removed 4 Pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled" in capsys.readouterr().err
 
 
 def _manifests(run: str) -> dict[str, str]:
@@ -194,11 +247,68 @@ def test_the_suite_reaches_each_node_through_its_pod(cluster, inventory, gates):
     lifecycle.down(run)
 
 
-def test_down_all_finds_recorded_k8s_runs(cluster, inventory, gates, monkeypatch):
-    monkeypatch.setattr(lifecycle, "remove_by_label", lambda client, run: [])  # no local engine here
-    monkeypatch.setattr(lifecycle, "local_client", lambda: None)
+def test_down_all_finds_recorded_k8s_runs(cluster, inventory, gates, monkeypatch, capsys):
+    monkeypatch.setattr(SimTarget, "down_all", classmethod(lambda cls, states: {"": Removed("0 container(s)")}))
     scope = RunScope()
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
     scope.keep()
+    capsys.readouterr()
     assert lifecycle.down_all() == 0
     assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert (f"run {run.id}: removed 4 Pod(s), 1 LeaderWorkerSet(s), 1 ConfigMap(s) labelled k3lab.run={run.id} "
+            "(context ascend-a3") in capsys.readouterr().err
+
+
+def test_down_all_without_a_docker_engine_still_removes_the_k8s_runs(cluster, inventory, gates, monkeypatch, capsys):
+    """A machine with a kubeconfig and no Docker engine: the engine is named in one line, the k8s run is
+    removed all the same, and the exit code (3) says that something was not reached."""
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    capsys.readouterr()
+    with settings.patched(docker_host="unix:///nonexistent"):
+        assert cli.main(["down", "--all"]) == 3
+    err = capsys.readouterr().err
+    assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    engine = [line for line in err.splitlines() if "target sim: not reached" in line]
+    assert len(engine) == 1 and "not reached" in engine[0] and "DOCKER_HOST=unix:///nonexistent: no such socket" in engine[0]
+    assert "apt-get install docker.io" in engine[0]
+    assert f"run {run.id}: removed 4 Pod(s)" in err
+    assert err.strip().splitlines()[-1].endswith("not reached: target sim: 'k3lab down --all' again once they answer")
+
+
+def test_down_all_names_an_unreachable_api_server_and_asks_docker_all_the_same(cluster, inventory, gates,
+                                                                                 monkeypatch, capsys):
+    swept = []
+    monkeypatch.setattr(SimTarget, "down_all", classmethod(lambda cls, states: swept.append(states) or
+                                                           {"": Removed("2 container(s) of k3lab runs")}))
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    server = cluster.url
+    cluster.__exit__()  # the API server stops answering
+    capsys.readouterr()
+    assert cli.main(["down", "--all"]) == 3
+    err = capsys.readouterr().err
+    assert swept == [[]] and "target sim: removed 2 container(s) of k3lab runs" in err
+    assert f"run {run.id}: NOT removed from k8s ({server.split('//')[1].split(':')[0]})" in err
+    assert runs.run_state(run.dir).status == "down-incomplete"
+    assert runs.run_state(run.dir).left == {"k8s": server}
+
+
+def test_down_all_a_recorded_k8s_run_it_cannot_place_holds_up_no_other(cluster, inventory, gates, monkeypatch, capsys):
+    monkeypatch.setattr(SimTarget, "down_all", classmethod(lambda cls, states: {"": Removed("0 container(s)")}))
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    doc = json.loads((run.dir / runs.RUN_STATE).read_text())
+    doc.pop("k8s")  # a run-state that names no context (written by hand, or an older kit)
+    doc["run"] = "orphan"
+    (settings.current().runs / "orphan").mkdir()
+    (settings.current().runs / "orphan" / runs.RUN_STATE).write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert cli.main(["down", "--all"]) == 3
+    err = capsys.readouterr().err
+    assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert "run orphan: NOT removed from k8s (UsageError: run orphan: its run-state names no k8s context" in err
+    assert runs.run_state(settings.current().runs / "orphan").status == "down-incomplete"
