@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker
@@ -86,12 +87,16 @@ class SimTarget(DockerTarget):
     @classmethod
     def down_all(cls, states: list[RunState]) -> dict[str, Removed]:
         """``k3lab down --all``: every container (and network) of a k3lab run on the local engine, recorded
-        or not (a run whose run-state is gone still carries the label). An engine that is not there or does
-        not answer raises, named with what to do (:func:`k3lab.launch.prereq.docker_engine`)."""
+        or not (a run whose run-state is gone still carries the label). An engine that does not answer raises,
+        named with what to do (:func:`k3lab.launch.prereq.docker_engine`); so does a missing one while a
+        simulator run is recorded. No engine socket and no simulator run recorded (a Kubernetes-only host) is
+        nothing to remove: no engine ever ran a container there."""
         from k3lab.launch import prereq
 
         endpoint = prereq.local_endpoint()
         missing = prereq.docker_engine(endpoint)
+        if missing and not states and not _socket_exists(endpoint):
+            return {"": Removed(f"nothing: no local Docker engine ({endpoint}) and no simulator run recorded")}
         if missing:
             raise HostUnreachable(f"the local engine: needs {missing}")
         count = len(remove_by_label(local_client(), None))
@@ -259,3 +264,9 @@ class SimTarget(DockerTarget):
             self.containers[node].exec_run(["python3", "-S", "-c", hold], detach=True)
         if self.faults.get("hold_port"):
             time.sleep(0.5)
+
+
+def _socket_exists(endpoint: str) -> bool:
+    """A unix endpoint's socket file is there (an engine was installed, whether it answers or not); any other
+    endpoint is taken to exist: the operator pointed DOCKER_HOST at it."""
+    return not endpoint.startswith("unix://") or Path(endpoint.removeprefix("unix://")).exists()

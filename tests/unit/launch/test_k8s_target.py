@@ -259,19 +259,38 @@ def test_down_all_finds_recorded_k8s_runs(cluster, inventory, gates, monkeypatch
             "(context ascend-a3") in capsys.readouterr().err
 
 
-def test_down_all_without_a_docker_engine_still_removes_the_k8s_runs(cluster, inventory, gates, monkeypatch, capsys):
-    """A machine with a kubeconfig and no Docker engine: the engine is named in one line, the k8s run is
-    removed all the same, and the exit code (3) says that something was not reached."""
+def test_down_all_on_a_kubernetes_only_host_removes_the_k8s_runs_and_exits_0(cluster, inventory, gates, capsys):
+    """A machine with a kubeconfig and no Docker engine at all (no socket) and no simulator run recorded: nothing
+    of the simulator's can be there, so the k8s run is removed and the exit is 0, the sim named in one line."""
     scope = RunScope()
     run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
     scope.keep()
+    capsys.readouterr()
+    with settings.patched(docker_host="unix:///nonexistent"):
+        assert cli.main(["down", "--all"]) == 0
+    err = capsys.readouterr().err
+    assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
+    assert "target sim: removed nothing: no local Docker engine (unix:///nonexistent) and no simulator run recorded" \
+        in err
+    assert f"run {run.id}: removed 4 Pod(s)" in err
+
+
+def test_down_all_without_the_engine_of_a_recorded_sim_run_still_removes_the_k8s_runs(cluster, inventory, gates,
+                                                                                       tmp_path, capsys):
+    """A simulator run is recorded but its engine is gone: that is named (exit 3) and the k8s run is removed."""
+    scope = RunScope()
+    run = lifecycle.up(SCENARIO, inventory, {}, "k8s", scope=scope)
+    scope.keep()
+    sim = runs.RunState(run="20260101-000000-sim0", scenario="a3_pd_1m", target="sim", status="up")
+    (settings.current().runs / sim.run).mkdir(parents=True)
+    (settings.current().runs / sim.run / runs.RUN_STATE).write_text(sim.model_dump_json())
     capsys.readouterr()
     with settings.patched(docker_host="unix:///nonexistent"):
         assert cli.main(["down", "--all"]) == 3
     err = capsys.readouterr().err
     assert cluster.kinds() == [] and runs.run_state(run.dir).status == "down"
     engine = [line for line in err.splitlines() if "target sim: not reached" in line]
-    assert len(engine) == 1 and "not reached" in engine[0] and "DOCKER_HOST=unix:///nonexistent: no such socket" in engine[0]
+    assert len(engine) == 1 and "DOCKER_HOST=unix:///nonexistent: no such socket" in engine[0]
     assert "apt-get install docker.io" in engine[0]
     assert f"run {run.id}: removed 4 Pod(s)" in err
     assert err.strip().splitlines()[-1].endswith("not reached: target sim: 'k3lab down --all' again once they answer")
