@@ -374,6 +374,15 @@ def _up_at(data: bytes, begin: int) -> int:
     return -1 if fatal else end
 
 
+def _with_last_frame(data: bytes, found: list[int]) -> list[int]:
+    """A traceback with no error line after it was cut inside its frames (a paste that stops there, vllm#2418):
+    its last frame is where it stopped, the file:line to show with it."""
+    if len(found) != 1 or data.find(b"Traceback (most recent call last)", *_line_at(data, found[0])) < 0:
+        return found
+    frame = data.rfind(b'  File "')
+    return found + [frame] if frame > found[0] else found
+
+
 def _error_positions(data: bytes) -> tuple[list[int], int]:
     """The first error lines, and where the service came up after them for good (-1: it did not)."""
     begin = max(0, len(data) - FIRST_ERROR_BYTES)
@@ -382,7 +391,7 @@ def _error_positions(data: bytes) -> tuple[list[int], int]:
 
     def an_error(s: int, e: int) -> bool:
         return not _NOT_ERROR.search(data, s, e) and not any(data.find(x, s, e) >= 0 for x in ignorable)
-    found = _line_starts(data, _ERROR_LINE, begin, an_error)
+    found = _with_last_frame(data, _line_starts(data, _ERROR_LINE, begin, an_error))
     up = _up_at(data, begin)
     if up >= 0:  # nothing fatal after the service came up: only error lines before it, a note
         return [p for p in found if p < up], up

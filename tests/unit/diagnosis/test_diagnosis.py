@@ -89,6 +89,13 @@ def test_held_out_excerpts_top_diagnosis_accuracy(tmp_path):
     assert sum(right) / len(right) >= 0.7, f"{sum(right)}/{len(right)}"
 
 
+def test_a_traceback_cut_inside_its_frames_names_its_last_frame(tmp_path):
+    # the dev excerpt of vllm#2418 stops inside the traceback: no exception line, still a failure
+    d = diagnose(_one(tmp_path, FIX / "triage_corpus" / "dev" / "kv-cache-insufficient--vllm-2418.log"))
+    assert [e.text.strip() for e in d.first_errors] == [
+        "Traceback (most recent call last):", 'File "load_llm.py", line 8, in <module>']
+
+
 def test_the_first_failure_wins_over_what_followed(tmp_path):
     # vllm-ascend #1815: RDMA init fails, then the listen on the HCCL port fails 7 us later
     d = diagnose(_one(tmp_path, LOGS / "npu-network-port-down" / "1.log"))

@@ -74,6 +74,9 @@ def test_every_cause_a_code_names_is_in_the_catalogue():
      "The Notify register has not received the Notify record from remote rank [unknown].", "hccl-exec-timeout"),
     # Ascend/RecSDK's container guide
     ("dcmi model initialized failed, because the device is used. ret is -8020", "npu-device-occupied"),
+    # HCCL under LLaMA-Factory on 910B (hiyouga/LlamaFactory#3839): the last training process still held the device
+    ("EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. Reason: Maybe the last training "
+     "process is running.", "npu-device-occupied"),
 ])
 def test_a_documented_code_decides_its_cause(tmp_path, line, cause):
     d = _diagnose_lines(tmp_path, line)
