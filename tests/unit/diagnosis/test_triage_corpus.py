@@ -126,13 +126,17 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # upstream strings (42 more dev excerpts, 14 of them healthy). heldout3's Ascend/pytorch#16, labelled unknown when
 # the catalogue had no such cause, is now named cuda-path-on-npu ('Torch not compiled with CUDA enabled' after
 # Tensor.to(3)): arguably right, counted wrong because labels are never moved after scoring; its cap is 9.
+# The fourth pass also names two old held-out 'unknown' logs, counted wrong (labels are not moved after scoring),
+# cap 2: Mooncake#386 as mooncake-metadata-server ('Unable to find metadata storage plugin etcd': the thread's
+# cause, a build without etcd, is that cause's own example) and verl#332 as npu-device-occupied (EJ0001, whose
+# documented meaning is that cause; the thread states none).
 # heldout4, the fourth sealed set (three collectors who read neither the catalogue nor the engine, during that
 # pass; the 7 threads a signature helper also took into dev were dropped before it was scored): 17/26 = 65%,
 # floor 0.62. Its 4 wrong answers: a healthy start-up's Gloo loopback warnings named gloo-loopback, numpy 2 with
 # CANN 8.2.1 named driver-cann-mismatch, two Mooncake excerpts of INFO lines only (no line fails); 4 silent logs,
 # all excerpts without a failing line (INFO lines only, or a traceback cut before its exception).
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
-                         [("dev", 0.97, 0, 0), ("heldout", 0.80, 0, 1), ("heldout2", 0.69, 2, 0),
+                         [("dev", 0.97, 0, 0), ("heldout", 0.80, 2, 1), ("heldout2", 0.69, 2, 0),
                           ("heldout3", 0.22, 9, 2), ("heldout4", 0.62, 4, 4)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
