@@ -104,6 +104,11 @@ class Finding:
         falling back from a small /dev/shm, Gloo falling back to loopback) points here less firmly than an error."""
         return bool(self.evidence) and all(e.line and _NOT_ERROR.search(e.text.encode()) for e in self.evidence)
 
+    @property
+    def warning_only(self) -> bool:
+        """Every line shown is a warning: what healthy start-ups print too, no cause unless something failed."""
+        return bool(self.evidence) and all(e.line and _WARNING.search(e.text.encode()) for e in self.evidence)
+
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
         # a cause an error line states outright is high confidence; a symptom (a timeout, a dead engine) or a cause
@@ -319,10 +324,16 @@ _ERROR_LINE = re.compile(
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
     rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent",
     re.M)
+# A line its component logs at WARNING level: glog's W, torch's TORCH_WARN ("[rank0]:[W428 05:12:30.77
+# ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
+# vllm-ascend#696 and vllm-backport#14 show them), Python's warnings ("UserWarning: ")
+_WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?:^|\s)W\d{4} \d\d:\d\d:\d\d|\[WARNING\]"
+                  rb"|\[W(?:\d{3,4} [\d:.]+)? [\w.-]+\.(?:cpp|cc|h):\d+\]|\b\w*Warning: ")
+_WARNING = re.compile(_WARNING_LEVEL)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
-_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]"
-                        rb"|can be (?:safely )?ignored")
+_NOT_ERROR = re.compile(rb"\b(?:INFO|DEBUG)\b|(?:^|\s)I\d{4} \d\d:\d\d:\d\d|\[(?:INFO|DEBUG)\]|can be (?:safely )?ignored|"
+                        + _WARNING_LEVEL)
 # ...nor is an error message the log announced as harmless: vLLM's and SGLang's Triton decode-attention kernels
 # print "The following error message 'operation scheduled before its operands' can be ignored." before Triton's
 # own "loc(...): error: operation scheduled before its operands" (vllm#14447, sglang#4058)
@@ -483,6 +494,17 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
             findings.append(_finding(cause, hits, rank))
     findings.sort(key=_order)
     looked = [(f.node, f.rel, f.size) for f in layout.files]
-    first, benign = ([], []) if findings else _first_errors(layout.files, rank)
+    # a cause only warned about (Gloo's loopback fallback, Ray's /tmp fallback for a small /dev/shm: warnings healthy
+    # start-ups print) is named only when the logs show a failure (an error line, a timeout, a crash) it may explain;
+    # on logs with none it is a note, not a root cause, even when the excerpt ends before a readiness line
+    warned = bool(findings) and all(f.warning_only for f in findings)
+    first, benign = _first_errors(layout.files, rank) if warned or not findings else ([], [])
+    if warned and not first:
+        findings, benign = [], benign + [_warning_note(f) for f in findings]
     return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
-                     layout.skipped, first)
+                     layout.skipped, [] if findings else first)
+
+
+def _warning_note(f: Finding) -> str:
+    e = f.evidence[0]
+    return f"{e.where()}: only a warning points to {f.cause.id}, and nothing failed: {e.text}"

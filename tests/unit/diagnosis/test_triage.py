@@ -215,7 +215,7 @@ def test_an_error_message_the_log_says_can_be_ignored_is_no_error(tmp_path, caps
 def test_a_cause_only_warned_about_ranks_below_one_an_error_states(tmp_path, capsys):
     # llmaz#238's Ray warning (01-14: the object store falls back from a 64 MB /dev/shm and the run goes on), then
     # vllm#5094's Gloo failure logged at ERROR (05-29): the error is the cause, the earlier warning follows it
-    root = _joined(tmp_path, ("shm-too-small--llmaz-238.log", ALL), ("gloo-loopback--vllm-5094.log", ALL))
+    root = _joined(tmp_path, ("healthy--llmaz-238.log", ALL), ("gloo-loopback--vllm-5094.log", ALL))
     assert main(["triage", "--all", str(root)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("cause: gloo-loopback") and "shm-too-small" in out
