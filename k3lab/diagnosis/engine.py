@@ -328,7 +328,7 @@ _ERROR_LINE = re.compile(
 # ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
 # vllm-ascend#696 and vllm-backport#14 show them), Python's warnings ("UserWarning: ")
 _WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?:^|\s)W\d{4} \d\d:\d\d:\d\d|\[WARNING\]"
-                  rb"|\[W(?:\d{3,4} [\d:.]+)? [\w.-]+\.(?:cpp|cc|h):\d+\]|\b\w*Warning: ")
+                  rb"|\[W(?:\d{3,4} [\d:.]+)? [\w.-]+\.\w+:\d+\]|\b\w*Warning: ")
 _WARNING = re.compile(_WARNING_LEVEL)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
