@@ -485,24 +485,38 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
     rank = _node_rank(layout.nodes, gate)
     active = {i for i, (_, sig) in enumerate(cat.signatures) if sig.holds_for(versions)}
     per_file = [_scan(f, cat, active) for f in layout.files]
-    findings = []
+    findings = sorted(_findings(cat, per_file, layout, rows, rank), key=_order)
+    looked = [(f.node, f.rel, f.size) for f in layout.files]
+    findings, first, benign = _failed_or_warned(findings, layout.files, rank)
+    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
+                     layout.skipped, first)
+
+
+def _findings(cat: Catalogue, per_file: list[dict[str, _Hits]], layout: Layout, rows: list[runs.ResultRow],
+              rank) -> list[Finding]:
+    out = []
     for cause in cat.causes:
         hits = [h for found in per_file if (h := found.get(cause.id))]
         hits += _exit_hits(layout, cause) if cause.exit_codes else []
         hits += _check_hits(rows, cause) if cause.checks else []
         if hits:
-            findings.append(_finding(cause, hits, rank))
-    findings.sort(key=_order)
-    looked = [(f.node, f.rel, f.size) for f in layout.files]
-    # a cause only warned about (Gloo's loopback fallback, Ray's /tmp fallback for a small /dev/shm: warnings healthy
-    # start-ups print) is named only when the logs show a failure (an error line, a timeout, a crash) it may explain;
-    # on logs with none it is a note, not a root cause, even when the excerpt ends before a readiness line
+            out.append(_finding(cause, hits, rank))
+    return out
+
+
+def _failed_or_warned(findings: list[Finding], files: list[LogFile],
+                      rank) -> tuple[list[Finding], list[Evidence], list[str]]:
+    """The findings, the first errors (when no cause is named) and notes. A cause only warned about (Gloo's loopback
+    fallback, Ray's /tmp fallback for a small /dev/shm: warnings healthy start-ups print) is named only when the logs
+    show a failure (an error line, a timeout, a crash) it may explain; on logs with none it is a note, not a root
+    cause, even when the excerpt ends before a readiness line."""
     warned = bool(findings) and all(f.warning_only for f in findings)
-    first, benign = _first_errors(layout.files, rank) if warned or not findings else ([], [])
+    if findings and not warned:
+        return findings, [], []
+    first, notes = _first_errors(files, rank)
     if warned and not first:
-        findings, benign = [], benign + [_warning_note(f) for f in findings]
-    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
-                     layout.skipped, [] if findings else first)
+        return [], [], notes + [_warning_note(f) for f in findings]
+    return findings, [] if findings else first, notes
 
 
 def _warning_note(f: Finding) -> str:
