@@ -359,6 +359,14 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 # (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout")
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
                          rb"|(?:exited|died|terminated) unexpectedly")
+# The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
+# that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
+# /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
+# retrieve segment descriptor" and its E "metadata not found"). A Python exception that states another reason (a
+# ValueError about the model) is not explained by an earlier warning.
+_WARNED_FAILURE = re.compile(_EVENT_LINE.pattern + rb"|\b[Tt]ime ?out\b|\bTimeoutError\b|Connection (?:refused|reset)"
+                             rb"|\bhang")
+_EXCEPTION = re.compile(rb"\b[A-Z]\w*(?:Error|Exception):")
 FIRST_ERRORS = 3
 FIRST_ERROR_BYTES = 8 << 20  # of each file's end: the generic error regex is slow, and a failure ends a log
 
@@ -508,17 +516,19 @@ def _failed_or_warned(findings: list[Finding], files: list[LogFile],
                       rank) -> tuple[list[Finding], list[Evidence], list[str]]:
     """The findings, the first errors (when no cause is named) and notes. A cause only warned about (Gloo's loopback
     fallback, Ray's /tmp fallback for a small /dev/shm: warnings healthy start-ups print) is named only when the logs
-    show a failure (an error line, a timeout, a crash) it may explain; on logs with none it is a note, not a root
-    cause, even when the excerpt ends before a readiness line."""
+    show a failure it may explain (a timeout, a crash, a dead process, a refused connection); on logs with none it is
+    a note, not a root cause, even when the excerpt ends before a readiness line, and with another failure the first
+    error is shown instead."""
     warned = bool(findings) and all(f.warning_only for f in findings)
     if findings and not warned:
         return findings, [], []
     first, notes = _first_errors(files, rank)
-    if warned and not first:
-        return [], [], notes + [_warning_note(f) for f in findings]
+    if warned and not any(_WARNED_FAILURE.search(t) or not _EXCEPTION.search(t) for t in (e.text.encode() for e in first)):
+        return [], first, notes + [_warning_note(f, bool(first)) for f in findings]
     return findings, [] if findings else first, notes
 
 
-def _warning_note(f: Finding) -> str:
+def _warning_note(f: Finding, failed: bool) -> str:
     e = f.evidence[0]
-    return f"{e.where()}: only a warning points to {f.cause.id}, and nothing failed: {e.text}"
+    what = "the failure is not one it explains" if failed else "nothing failed"
+    return f"{e.where()}: only a warning points to {f.cause.id}, and {what}: {e.text}"

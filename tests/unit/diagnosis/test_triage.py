@@ -241,3 +241,13 @@ def test_a_warned_cause_followed_by_a_timeout_is_still_the_cause(tmp_path, capsy
     assert main(["triage", "--json", str(root)]) == 1
     top = json.loads(capsys.readouterr().out)["findings"][0]
     assert top["id"] == "gloo-loopback" and top["confidence"] == "medium"
+
+
+def test_a_warned_cause_does_not_explain_an_exception_that_states_another_reason(tmp_path, capsys):
+    # ray#33525's /dev/shm warning, then vllm-ascend#633's "NotImplementedError: There is no available ascend
+    # quantizer.": the exception says why it failed, the warning does not explain it; no cause, the first error shown
+    root = _joined(tmp_path, ("healthy--ray-33525.log", ALL), ("unknown--vllm-ascend-633.log", ALL))
+    assert main(["triage", "--json", str(root)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "first-error" and "no available ascend quantizer" in doc["first_errors"][0]["text"]
+    assert any("shm-too-small, and the failure is not one it explains" in n for n in doc["notes"])
