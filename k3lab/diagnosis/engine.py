@@ -104,6 +104,11 @@ class Finding:
         falling back from a small /dev/shm, Gloo falling back to loopback) points here less firmly than an error."""
         return bool(self.evidence) and all(e.line and _NOT_ERROR.search(e.text.encode()) for e in self.evidence)
 
+    @property
+    def warning_only(self) -> bool:
+        """Every line shown is a warning: what healthy start-ups print too, no cause unless something failed."""
+        return bool(self.evidence) and all(e.line and _WARNING.search(e.text.encode()) for e in self.evidence)
+
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
         # a cause an error line states outright is high confidence; a symptom (a timeout, a dead engine) or a cause
@@ -319,10 +324,19 @@ _ERROR_LINE = re.compile(
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
     rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent",
     re.M)
+# A line its component logs at WARNING level: glog's W, torch's TORCH_WARN ("[rank0]:[W428 05:12:30.77
+# ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
+# vllm-ascend#696 and vllm-backport#14 show them), Paddle-Lite's "[W  5/ 9 20:23:15.461 ...utility.cc:57
+# InitializeAscendCL] CANN version mismatch. The build version is 0.0.0, ..." (printed at every start of a build that
+# recorded no CANN version: FastDeploy#2162, Paddle-Lite#10678), Python's warnings ("UserWarning: ")
+_WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?:^|\s)W\d{4} \d\d:\d\d:\d\d|\[WARNING\]"
+                  rb"|\[W(?:\d{3,4} [\d:.]+)? [\w.-]+\.\w+:\d+\]|\[W {1,2}\d{1,2}/ ?\d{1,2} +\d{1,2}: ?\d{1,2}: ?\d"
+                  rb"|\b\w*Warning: ")
+_WARNING = re.compile(_WARNING_LEVEL)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
-_NOT_ERROR = re.compile(rb"\b(?:INFO|WARNING|WARN|DEBUG)\b|(?:^|\s)[IW]\d{4} \d\d:\d\d:\d\d|\[(?:INFO|WARNING|DEBUG)\]"
-                        rb"|can be (?:safely )?ignored")
+_NOT_ERROR = re.compile(rb"\b(?:INFO|DEBUG)\b|(?:^|\s)I\d{4} \d\d:\d\d:\d\d|\[(?:INFO|DEBUG)\]|can be (?:safely )?ignored|"
+                        + _WARNING_LEVEL)
 # ...nor is an error message the log announced as harmless: vLLM's and SGLang's Triton decode-attention kernels
 # print "The following error message 'operation scheduled before its operands' can be ignored." before Triton's
 # own "loc(...): error: operation scheduled before its operands" (vllm#14447, sglang#4058)
@@ -348,6 +362,14 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 # (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout")
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
                          rb"|(?:exited|died|terminated) unexpectedly")
+# The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
+# that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
+# /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
+# retrieve segment descriptor" and its E "metadata not found"). A Python exception that states another reason (a
+# ValueError about the model) is not explained by an earlier warning.
+_WARNED_FAILURE = re.compile(_EVENT_LINE.pattern + rb"|\b[Tt]ime ?out\b|\bTimeoutError\b|Connection (?:refused|reset)"
+                             rb"|\bhang")
+_EXCEPTION = re.compile(rb"\b[A-Z]\w*(?:Error|Exception):")
 FIRST_ERRORS = 3
 FIRST_ERROR_BYTES = 8 << 20  # of each file's end: the generic error regex is slow, and a failure ends a log
 
@@ -483,15 +505,42 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
     rank = _node_rank(layout.nodes, gate)
     active = {i for i, (_, sig) in enumerate(cat.signatures) if sig.holds_for(versions)}
     per_file = [_scan(f, cat, active) for f in layout.files]
-    findings = []
+    findings = sorted(_findings(cat, per_file, layout, rows, rank), key=_order)
+    looked = [(f.node, f.rel, f.size) for f in layout.files]
+    findings, first, benign = _failed_or_warned(findings, layout.files, rank)
+    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
+                     layout.skipped, first)
+
+
+def _findings(cat: Catalogue, per_file: list[dict[str, _Hits]], layout: Layout, rows: list[runs.ResultRow],
+              rank) -> list[Finding]:
+    out = []
     for cause in cat.causes:
         hits = [h for found in per_file if (h := found.get(cause.id))]
         hits += _exit_hits(layout, cause) if cause.exit_codes else []
         hits += _check_hits(rows, cause) if cause.checks else []
         if hits:
-            findings.append(_finding(cause, hits, rank))
-    findings.sort(key=_order)
-    looked = [(f.node, f.rel, f.size) for f in layout.files]
-    first, benign = ([], []) if findings else _first_errors(layout.files, rank)
-    return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
-                     layout.skipped, first)
+            out.append(_finding(cause, hits, rank))
+    return out
+
+
+def _failed_or_warned(findings: list[Finding], files: list[LogFile],
+                      rank) -> tuple[list[Finding], list[Evidence], list[str]]:
+    """The findings, the first errors (when no cause is named) and notes. A cause only warned about (Gloo's loopback
+    fallback, Ray's /tmp fallback for a small /dev/shm: warnings healthy start-ups print) is named only when the logs
+    show a failure it may explain (a timeout, a crash, a dead process, a refused connection); on logs with none it is
+    a note, not a root cause, even when the excerpt ends before a readiness line, and with another failure the first
+    error is shown instead."""
+    warned = bool(findings) and all(f.warning_only for f in findings)
+    if findings and not warned:
+        return findings, [], []
+    first, notes = _first_errors(files, rank)
+    if warned and not any(_WARNED_FAILURE.search(t) or not _EXCEPTION.search(t) for t in (e.text.encode() for e in first)):
+        return [], first, notes + [_warning_note(f, bool(first)) for f in findings]
+    return findings, [] if findings else first, notes
+
+
+def _warning_note(f: Finding, failed: bool) -> str:
+    e = f.evidence[0]
+    what = "the failure is not one it explains" if failed else "nothing failed"
+    return f"{e.where()}: only a warning points to {f.cause.id}, and {what}: {e.text}"

@@ -215,10 +215,39 @@ def test_an_error_message_the_log_says_can_be_ignored_is_no_error(tmp_path, caps
 def test_a_cause_only_warned_about_ranks_below_one_an_error_states(tmp_path, capsys):
     # llmaz#238's Ray warning (01-14: the object store falls back from a 64 MB /dev/shm and the run goes on), then
     # vllm#5094's Gloo failure logged at ERROR (05-29): the error is the cause, the earlier warning follows it
-    root = _joined(tmp_path, ("shm-too-small--llmaz-238.log", ALL), ("gloo-loopback--vllm-5094.log", ALL))
+    root = _joined(tmp_path, ("healthy--llmaz-238.log", ALL), ("gloo-loopback--vllm-5094.log", ALL))
     assert main(["triage", "--all", str(root)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("cause: gloo-loopback") and "shm-too-small" in out
     assert main(["triage", "--json", str(root)]) == 1
     shm = next(f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "shm-too-small")
     assert shm["confidence"] == "medium"  # a warning only points
+
+
+@pytest.mark.parametrize("name", ["healthy--vllm-backport-14.log", "healthy--vllm-25771.log", "healthy--ray-33525.log",
+                                  "healthy--ray-3223.log", "healthy--llmaz-238.log"])
+def test_a_cause_only_warned_about_on_a_log_that_did_not_fail_is_no_cause(tmp_path, capsys, name):
+    # healthy start-ups print Gloo's loopback fallback and Ray's /tmp fallback for a small /dev/shm as warnings; with
+    # nothing failing after them (even when the excerpt stops before a readiness line) they are a note, exit 0
+    assert main(["triage", "--json", str(_joined(tmp_path, (name, ALL)))]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "clean" and any("only a warning points to" in n for n in doc["notes"])
+
+
+def test_a_warned_cause_followed_by_a_timeout_is_still_the_cause(tmp_path, capsys):
+    # vllm-backport#14's Gloo loopback warnings, then lightcompress#365's rendezvous timing out: the failure is there,
+    # and the warning is the only cause the logs give (the timeout is a symptom)
+    root = _joined(tmp_path, ("healthy--vllm-backport-14.log", ALL), ("dist-init-timeout--lightcompress-365.log", ALL))
+    assert main(["triage", "--json", str(root)]) == 1
+    top = json.loads(capsys.readouterr().out)["findings"][0]
+    assert top["id"] == "gloo-loopback" and top["confidence"] == "medium"
+
+
+def test_a_warned_cause_does_not_explain_an_exception_that_states_another_reason(tmp_path, capsys):
+    # ray#33525's /dev/shm warning, then vllm-ascend#633's "NotImplementedError: There is no available ascend
+    # quantizer.": the exception says why it failed, the warning does not explain it; no cause, the first error shown
+    root = _joined(tmp_path, ("healthy--ray-33525.log", ALL), ("unknown--vllm-ascend-633.log", ALL))
+    assert main(["triage", "--json", str(root)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "first-error" and "no available ascend quantizer" in doc["first_errors"][0]["text"]
+    assert any("shm-too-small, and the failure is not one it explains" in n for n in doc["notes"])
