@@ -135,10 +135,13 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # floor 0.62. Its 4 wrong answers: a healthy start-up's Gloo loopback warnings named gloo-loopback, numpy 2 with
 # CANN 8.2.1 named driver-cann-mismatch, two Mooncake excerpts of INFO lines only (no line fails); 4 silent logs,
 # all excerpts without a failing line (INFO lines only, or a traceback cut before its exception).
+# The fourth pass's warning rule makes heldout2's llm-d#352 silent (cap 1): NCCL reports its /dev/shm failure at
+# WARN level ('NCCL WARN Error while creating shared memory segment ... No space left on device') and the excerpt
+# then shows only vLLM's INFO 'Parent process exited, terminating worker', which is no failure event the kit knows.
 # dev silent 1 (sig5b): Paddle-Lite#10514 shows only a [W] CANN-version warning and no failing line; a cause only
 # warned about on a log that shows no failure is no root cause (docs/diagnosis.md)
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
-                         [("dev", 0.97, 0, 1), ("heldout", 0.80, 2, 1), ("heldout2", 0.69, 2, 0),
+                         [("dev", 0.97, 0, 1), ("heldout", 0.80, 2, 1), ("heldout2", 0.69, 2, 1),
                           ("heldout3", 0.22, 9, 2), ("heldout4", 0.62, 4, 4)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
