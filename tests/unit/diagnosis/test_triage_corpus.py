@@ -7,8 +7,8 @@ written from dev/ only. heldout2/ (``split: heldout2``) is a second held-out set
 the signature changes of #32's second pass and never used to write one: the honest measure once heldout/'s
 misses are known. heldout3/ (``split: heldout3``) is a third, collected in one go from broad searches without
 reading the signatures, after the third pass, to measure only; heldout4/ a fourth, collected during the fourth
-pass by helpers who read neither the catalogue nor the engine. A case is right when the top cause is the stated
-one; an unknown log is right when no cause is named and the first error is shown; a healthy log is right when
+pass by helpers who read neither the catalogue nor the engine; heldout5/ a fifth, the same way during the fifth.
+A case is right when the top cause is the stated one; an unknown log is right when no cause is named and the first error is shown; a healthy log is right when
 nothing is flagged. A wrong cause named with confidence (a root cause, not a symptom such as "an engine died,
 see the lines before it", on an unknown or healthy log or instead of the stated cause) is the worst outcome and
 is counted apart.
@@ -138,11 +138,16 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # The fourth pass's warning rule makes heldout2's llm-d#352 silent (cap 1): NCCL reports its /dev/shm failure at
 # WARN level ('NCCL WARN Error while creating shared memory segment ... No space left on device') and the excerpt
 # then shows only vLLM's INFO 'Parent process exited, terminating worker', which is no failure event the kit knows.
+# After the fifth pass (recall across projects, the warning rule, the mismatch causes) heldout4 is 17/26 with no
+# wrong answer on a healthy log and 2 on unknown ones (its two INFO-only Mooncake excerpts), 4 silent; its misses
+# were described to one helper of that pass, so it no longer measures it. heldout5, the fifth sealed set (two
+# collectors during that pass, 2 threads dropped that a helper also took into dev): 3/4, 0 wrong, 0 silent.
 # dev silent 1 (sig5b): Paddle-Lite#10514 shows only a [W] CANN-version warning and no failing line; a cause only
 # warned about on a log that shows no failure is no root cause (docs/diagnosis.md)
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
                          [("dev", 0.97, 0, 1), ("heldout", 0.80, 2, 1), ("heldout2", 0.69, 2, 1),
-                          ("heldout3", 0.22, 9, 2), ("heldout4", 0.62, 4, 4)])
+                          ("heldout3", 0.22, 9, 2), ("heldout4", 0.62, 2, 4),
+                          ("heldout5", 0.72, 0, 0)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
@@ -155,5 +160,5 @@ def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
 
 
 if __name__ == "__main__":
-    for part in sys.argv[1:] or ["dev", "heldout", "heldout2", "heldout3", "heldout4"]:
+    for part in sys.argv[1:] or ["dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5"]:
         print("\n".join(table(part, score(part))))
