@@ -64,13 +64,17 @@ def local_endpoint() -> str:
     return settings.current().docker_host or LOCAL_ENDPOINT
 
 
+def unix_socket(endpoint: str) -> Path | None:
+    """A ``unix://`` endpoint's socket file (it may not exist); None for any other endpoint."""
+    return Path(endpoint.removeprefix("unix://")) if endpoint.startswith("unix://") else None
+
+
 def docker_engine(endpoint: str | None = None) -> str | None:
     """A Docker engine that answers ``/_ping`` within :data:`ENGINE_DEADLINE_S` (default: the local one)."""
     endpoint = endpoint or local_endpoint()
     where = f"DOCKER_HOST={endpoint}" if endpoint == settings.current().docker_host else endpoint
     remedy = (f"install and start one ({DOCKER_INSTALL}; systemctl start docker) or point DOCKER_HOST at one")
-    if endpoint.startswith("unix://"):
-        sock = Path(endpoint.removeprefix("unix://"))
+    if (sock := unix_socket(endpoint)) is not None:
         if not sock.exists():  # no engine listens: say so without loading the SDK or connecting
             return f"a Docker engine ({where}: no such socket): {remedy}"
         if not os.access(sock, os.R_OK | os.W_OK):

@@ -34,6 +34,7 @@ ENGINE_KINDS = ("provider", "engine", "launcher")
 HOSTNAME = "kubernetes.io/hostname"
 _KEY_RE = re.compile(r"[-._a-zA-Z0-9]+")
 API_KEY = "VLLM_API_KEY"  # the Secret's key; the engines read it under this name, the proxy as OPENAI_API_KEY
+ENGINE_KEY_VAR, PROXY_KEY_VAR = API_KEY, "OPENAI_API_KEY"  # the variables the pods read the Secret into
 
 
 @dataclass(frozen=True)
@@ -231,8 +232,8 @@ class _Manifests:
         engines, ``OPENAI_API_KEY`` to the proxy. Optional: the guides ship without a key, and a pod whose
         Secret is absent starts without the variable (an open API, as ``docker run`` without ``-e``), where a
         required reference would leave it in CreateContainerConfigError."""
-        names = (["VLLM_API_KEY"] if any(k in ENGINE_KINDS for k in kinds) else []) + \
-                (["OPENAI_API_KEY"] if "proxy" in kinds else [])
+        names = ([ENGINE_KEY_VAR] if any(k in ENGINE_KINDS for k in kinds) else []) + \
+                ([PROXY_KEY_VAR] if "proxy" in kinds else [])
         return [{"name": n, "valueFrom": {"secretKeyRef": {"name": secret_name(self.plan), "key": API_KEY,
                                                           "optional": True}}} for n in names]
 

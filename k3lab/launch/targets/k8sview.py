@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 
 from k3lab.model.plan import NodePlan, Plan
+from k3lab.render.k8s import ENGINE_KEY_VAR, PROXY_KEY_VAR
 
-API_KEY_VARS = ("VLLM_API_KEY", "OPENAI_API_KEY")
+API_KEY_VARS = (ENGINE_KEY_VAR, PROXY_KEY_VAR)
 # why a container waits, and what to do about it (kubectl's words for the reasons the kubelet reports)
 WAITING_REMEDY = {
     "CrashLoopBackOff": "it keeps exiting: 'kubectl logs --previous' on the pod says why",

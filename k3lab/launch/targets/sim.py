@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker
@@ -95,7 +94,7 @@ class SimTarget(DockerTarget):
 
         endpoint = prereq.local_endpoint()
         missing = prereq.docker_engine(endpoint)
-        if missing and not states and not _socket_exists(endpoint):
+        if missing and not states and (sock := prereq.unix_socket(endpoint)) is not None and not sock.exists():
             return {"": Removed(f"nothing: no local Docker engine ({endpoint}) and no simulator run recorded")}
         if missing:
             raise HostUnreachable(f"the local engine: needs {missing}")
@@ -264,9 +263,3 @@ class SimTarget(DockerTarget):
             self.containers[node].exec_run(["python3", "-S", "-c", hold], detach=True)
         if self.faults.get("hold_port"):
             time.sleep(0.5)
-
-
-def _socket_exists(endpoint: str) -> bool:
-    """A unix endpoint's socket file is there (an engine was installed, whether it answers or not); any other
-    endpoint is taken to exist: the operator pointed DOCKER_HOST at it."""
-    return not endpoint.startswith("unix://") or Path(endpoint.removeprefix("unix://")).exists()
