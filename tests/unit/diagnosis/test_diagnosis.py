@@ -69,6 +69,10 @@ def test_excerpt_is_diagnosed_as_its_cause(tmp_path, path):
 def test_every_signature_matches_a_real_excerpt():
     real = [*EXCERPTS, *CORPUS_DEV]
     text = {c.id: b"".join(p.read_bytes() for p in real if _cause_of(p) == c.id) for c in CAT.causes}
+    # ...or a line built from the upstream statement that prints it, named beside it (tests/fixtures/upstream_lines/)
+    for built in sorted((FIX / "upstream_lines").glob("*.yaml")):
+        for entry in yaml.safe_load(built.read_text()):
+            text[entry["cause"]] += entry["log"].encode()
     for c in CAT.causes:
         for sig in c.signatures:
             assert sig.regex.search(text[c.id]), f"{c.id}: signature {sig.pattern!r} matches none of its excerpts"
