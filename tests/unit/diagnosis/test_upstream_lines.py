@@ -80,3 +80,11 @@ def test_a_zmq_bind_to_an_address_not_on_the_host_is_not_named_a_port_clash_by_i
     line = b"zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.21.22.206:29500')"
     for cid in ("zmq-port-in-use", "port-in-use", "api-port-in-use"):
         assert not any(s.regex.search(line) for s in CAT.get(cid).signatures), cid
+
+
+def test_a_missing_optional_model_file_is_not_a_missing_model():
+    # generation_config.json is optional: transformers' GenerationConfig.from_pretrained raises for its absence and
+    # vLLM (transformers_utils/config.py try_get_generation_config) falls back to defaults; only config.json, the
+    # tokenizer's and the weights' own files count (built from Python's FileNotFoundError wording)
+    line = b"FileNotFoundError: [Errno 2] No such file or directory: '/data/models/Kimi-K3/generation_config.json'"
+    assert not any(s.regex.search(line) for s in CAT.get("model-files-missing").signatures)
