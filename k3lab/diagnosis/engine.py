@@ -464,9 +464,11 @@ def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
 
 def _order(f: Finding) -> tuple[int, int, int, float, int, str]:
     # within a tier, a cause an error line states outranks one only warned about, and a cause's own wording one
-    # inferred from an error code alone
+    # inferred from an error code alone; symptoms go by time whatever named them: a code's documented symptom (EI0002's
+    # collective timeout) seen first is nearer the root than the dead engine vLLM reports after it
     first = f.first
-    return (0 if f.cause.tier == "cause" else 1, int(f.warned_only), int(f.by_code),
+    cause = f.cause.tier == "cause"
+    return (0 if cause else 1, int(f.warned_only), int(f.by_code and cause),
             first if first is not None else math.inf, -f.cause.weight, f.cause.id)
 
 

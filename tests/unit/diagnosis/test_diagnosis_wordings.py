@@ -50,6 +50,18 @@ BUILT: list[tuple[str, str, str]] = [
      "vllm-ascend vllm_ascend/device/hardware.py raise RuntimeError (since 829c1a182f, 2026)"),
     ("npu-soc-unsupported", "ValueError: Unsupported soc_version: AscendSocVersion.UNDEFINED",
      "vllm-ascend vllm_ascend/ascend_forward_context.py raise ValueError (since d3c93fba5c, 2025)"),
+    ("memcache-config-invalid", "(EngineCore_DP0 pid=1) ERROR 01-05 10:00:00 [memcache_backend.py:90] Configuration "
+                                "loading failed. error=invalid ock.mmc.local_service.world_size. Check memcache config "
+                                "and environment.",
+     "vllm-ascend kv_pool/ascend_store/backend/memcache_backend.py logger.error (': %s' from 5447a039b9, 2025)"),
+    ("memcache-local-config-missing", "ValueError: The environment variable 'MMC_LOCAL_CONFIG_PATH' is not set.",
+     "vllm-ascend kv_pool/ascend_store/backend/memcache_backend.py raise ValueError (3d077f975b, 2026)"),
+    ("library-missing", "RuntimeError: mooncake is not available",
+     "vllm-ascend distributed/mooncake_connector.py raise RuntimeError when TransferEngine is None (03ca2b26ca, 2025)"),
+    ("hccn-conf-missing", "E0105 10:00:00.000000  4242 hccl_transport.cpp:330] can't open conf 文件：/etc/hccn.conf",
+     "Mooncake transfer-engine ascend_transport/hccl_transport/hccl_transport.cpp LOG(ERROR)"),
+    ("mooncake-store-master", "E0105 10:00:00.000000  4242 client.cpp:201] Failed to connect to master",
+     "Mooncake mooncake-store/src/client.cpp LOG(ERROR) (2025; client_service.cpp from 5509e6403, 2026)"),
     ("package-version-mismatch", "AttributeError: '_OpNamespace' 'npu' object has no attribute 'npu_moe_gating_top_k'",
      "torch torch/_ops.py _OpNamespace.__getattr__ raise AttributeError"),
     ("package-version-mismatch", "AttributeError: _ARRAY_API not found",
@@ -128,3 +140,13 @@ def test_documented_codes_added_with_their_names(code, name, cause):
 def test_an_acl_code_is_decoded_where_torch_npu_prints_it():
     # built from torch_npu's NPU_CHECK_ERROR wording ("... failed, error code is %d")
     assert [k for k, _ in codes.decode("RuntimeError: call aclnnFoo failed, error code is 148049")] == ["148049"]
+
+
+def test_a_documented_symptom_seen_first_outranks_the_dead_engine_after_it(tmp_path):
+    # built from vLLM's EngineCore start-up failure after HCCL's EI0002 (Ascend/pytorch docs/zh/troubleshooting/
+    # HCCL_timeout.md's wording): the code's symptom came first, the dead engine follows from it
+    d = _diagnose(tmp_path,
+                  "(EngineCore_DP0 pid=1) ERROR 01-05 10:00:00 [core.py:700] RuntimeError: EI0002: The wait execution of "
+                  "the Notify register times out.",
+                  "ERROR 01-05 10:00:05 [core.py:710] RuntimeError: Engine core initialization failed. See root cause above.")
+    assert [f.cause.id for f in d.findings] == ["hccl-exec-timeout", "engine-died"] and d.top.by_code
