@@ -62,6 +62,19 @@ BUILT: list[tuple[str, str, str]] = [
      "Mooncake transfer-engine ascend_transport/hccl_transport/hccl_transport.cpp LOG(ERROR)"),
     ("mooncake-store-master", "E0105 10:00:00.000000  4242 client.cpp:201] Failed to connect to master",
      "Mooncake mooncake-store/src/client.cpp LOG(ERROR) (2025; client_service.cpp from 5509e6403, 2026)"),
+    ("visible-devices", "ValueError: ASCEND_RT_VISIBLE_DEVICES should be in format {device_id},{device_id},...,{device_id}",
+     "MindIE ATB models atb_llm/utils/env.py raise ValueError"),
+    ("dtype-unsupported", "AclNN_Parameter_Error(EZ1001): Tensor self not implemented for DT_BFLOAT16, should be in dtype "
+                          "support list [DT_FLOAT,DT_FLOAT16,DT_INT32].",
+     "CANN opbase OP_CHECK_DTYPE_NOT_SUPPORT: 'Tensor %s not implemented for %s, should be in dtype support list %s.'"),
+    ("graph-capture-failed", "RuntimeError: ACL graph capture failed with a known stream-resource exhaustion signature. "
+                             "Consider reducing cudagraph_capture_sizes, lowering max_cudagraph_capture_size, preferring "
+                             "FULL or FULL_DECODE_ONLY for mostly uniform decode workloads, or temporarily disabling graph "
+                             "mode to confirm the failure is capture-related.",
+     "vllm-ascend vllm_ascend/compilation/acl_graph.py raise RuntimeError"),
+    ("graph-capture-failed", "Exception: Capture npu graph failed: RuntimeError: The current NPU stream is not currently "
+                             "capturing.",
+     "SGLang's graph runner 'Capture cuda graph failed: ' with torch_npu NPUGraph.cpp's TORCH_CHECK message"),
     ("package-version-mismatch", "AttributeError: '_OpNamespace' 'npu' object has no attribute 'npu_moe_gating_top_k'",
      "torch torch/_ops.py _OpNamespace.__getattr__ raise AttributeError"),
     ("package-version-mismatch", "AttributeError: _ARRAY_API not found",
