@@ -50,6 +50,9 @@ BUILT: list[tuple[str, str, str]] = [
      "vllm-ascend vllm_ascend/device/hardware.py raise RuntimeError (since 829c1a182f, 2026)"),
     ("npu-soc-unsupported", "ValueError: Unsupported soc_version: AscendSocVersion.UNDEFINED",
      "vllm-ascend vllm_ascend/ascend_forward_context.py raise ValueError (since d3c93fba5c, 2025)"),
+    ("hccl-exec-timeout", "An timeout occurs when the Notify register waits for execution. Waiting peer rank: 4; task "
+                          "information: streamID:[90], taskID[686], taskType[Notify Wait]; communicator: none.",
+     "hicann/hcomm docs/en/error_codes/EI0002: 'An timeout occurs when the Notify register waits for execution. ...'"),
     ("memcache-config-invalid", "(EngineCore_DP0 pid=1) ERROR 01-05 10:00:00 [memcache_backend.py:90] Configuration "
                                 "loading failed. error=invalid ock.mmc.local_service.world_size. Check memcache config "
                                 "and environment.",
@@ -156,10 +159,10 @@ def test_an_acl_code_is_decoded_where_torch_npu_prints_it():
 
 
 def test_a_documented_symptom_seen_first_outranks_the_dead_engine_after_it(tmp_path):
-    # built from vLLM's EngineCore start-up failure after HCCL's EI0002 (Ascend/pytorch docs/zh/troubleshooting/
-    # HCCL_timeout.md's wording): the code's symptom came first, the dead engine follows from it
+    # built from vLLM's EngineCore start-up failure after HCCL's EI0002 (the code alone, its message cut): the code's
+    # symptom came first, the dead engine follows from it
     d = _diagnose(tmp_path,
-                  "(EngineCore_DP0 pid=1) ERROR 01-05 10:00:00 [core.py:700] RuntimeError: EI0002: The wait execution of "
-                  "the Notify register times out.",
+                  "(EngineCore_DP0 pid=1) ERROR 01-05 10:00:00 [core.py:700] RuntimeError: EI0002: [PID: 1] "
+                  "2026-01-05-10:00:00.000.000",
                   "ERROR 01-05 10:00:05 [core.py:710] RuntimeError: Engine core initialization failed. See root cause above.")
     assert [f.cause.id for f in d.findings] == ["hccl-exec-timeout", "engine-died"] and d.top.by_code
