@@ -166,3 +166,15 @@ def test_a_documented_symptom_seen_first_outranks_the_dead_engine_after_it(tmp_p
                   "2026-01-05-10:00:00.000.000",
                   "ERROR 01-05 10:00:05 [core.py:710] RuntimeError: Engine core initialization failed. See root cause above.")
     assert [f.cause.id for f in d.findings] == ["hccl-exec-timeout", "engine-died"] and d.top.by_code
+
+
+@pytest.mark.parametrize("line, want", [
+    # vllm-ascend#1972's dev excerpt: torch_npu's stream synchronize prints the code after a colon
+    ("ERROR 07-23 10:35:57 [core.py:586] RuntimeError: Worker failed with error 'ACL stream synchronize failed, error "
+     "code:507034', please check the stack trace above for the root cause", ["507034"]),
+    # built from torch_npu's OpCommand wording for an aclnn call ("NPU function error: call aclnnX failed, error code is N")
+    ("RuntimeError: npu_moe_distribute_dispatch_v2: NPU function error: call aclnnMoeDistributeDispatchV3 failed, error "
+     "code is 561002", ["561002"]),
+])
+def test_runtime_and_aclnn_codes_are_decoded(line, want):
+    assert [k for k, _ in codes.decode(line)] == want
