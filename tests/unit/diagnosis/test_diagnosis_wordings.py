@@ -53,6 +53,20 @@ BUILT: list[tuple[str, str, str]] = [
     ("hccl-exec-timeout", "An timeout occurs when the Notify register waits for execution. Waiting peer rank: 4; task "
                           "information: streamID:[90], taskID[686], taskType[Notify Wait]; communicator: none.",
      "hicann/hcomm docs/en/error_codes/EI0002: 'An timeout occurs when the Notify register waits for execution. ...'"),
+    ("hccl-port-in-use", "EI0019: Failed to enable listening for the host network adapter socket. Reason: The IP "
+                         "address 10.0.0.1 and port 60000 have already been bound.",
+     "hicann/hcomm's HCCL error-message registry (hcomm_g_msg) EI0019"),
+    ("npu-oom", "EI0011: Failed to allocate 2147483648 bytes of NPU memory.",
+     "hicann/hcomm's HCCL error-message registry (hcomm_g_msg) EI0011"),
+    ("hccl-link-timeout", "EI0015: Failed to collect cluster information of the communicator based on rootInfo "
+                          "detection. Reason: topo detect timeout.",
+     "hicann/hcomm's HCCL error-message registry (hcomm_g_msg) EI0015"),
+    # these two verbatim, as test_diagnosis_codes quotes them (not a corpus excerpt, so listed here for the signature test)
+    ("npu-device-occupied", "dcmi model initialized failed, because the device is used. ret is -8020",
+     "Ascend/RecSDK's container guide (the driver's -8020)"),
+    ("npu-device-occupied", "EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. Reason: Maybe "
+                            "the last training process is running.",
+     "hiyouga/LlamaFactory#3839 (HCCP's EJ0001)"),
     ("memcache-config-invalid", "(EngineCore_DP0 pid=1) ERROR 01-05 10:00:00 [memcache_backend.py:90] Configuration "
                                 "loading failed. error=invalid ock.mmc.local_service.world_size. Check memcache config "
                                 "and environment.",
