@@ -16,7 +16,7 @@ from k3lab.errors import InputError
 
 CODES = Path(__file__).with_name("error_codes.yaml")
 _IN_LINE = re.compile(r"\b(E[A-Z]\d{4}|ERR\d{5})\b"
-                      r"|(?:[Ee]rror ?[Cc]ode(?: is)?|result ?=|failed:|ErrCode=|ret(?:code)?:)\s*(\d{6})\b"
+                      r"|(?:[Ee]rror ?[Cc]ode(?: is|:)?|result ?=|failed:|ErrCode=|ret(?:code)?:)\s*(\d{6})\b"
                       r"|\bret is (-80\d\d)\b")  # the driver's DCMI return codes ("ret is -8020")
 
 

@@ -328,10 +328,11 @@ _ERROR_LINE = re.compile(
 # ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
 # vllm-ascend#696 and vllm-backport#14 show them), Paddle-Lite's "[W  5/ 9 20:23:15.461 ...utility.cc:57
 # InitializeAscendCL] CANN version mismatch. The build version is 0.0.0, ..." (printed at every start of a build that
-# recorded no CANN version: FastDeploy#2162, Paddle-Lite#10678), Python's warnings ("UserWarning: ")
+# recorded no CANN version: FastDeploy#2162, Paddle-Lite#10678), Python's warnings ("UserWarning: "), torch_npu's
+# import-time prints ("Warning : CANN package version ... do not match", utils/npu_intercept.py)
 _WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?:^|\s)W\d{4} \d\d:\d\d:\d\d|\[WARNING\]"
                   rb"|\[W(?:\d{3,4} [\d:.]+)? [\w.-]+\.\w+:\d+\]|\[W {1,2}\d{1,2}/ ?\d{1,2} +\d{1,2}: ?\d{1,2}: ?\d"
-                  rb"|\b\w*Warning: ")
+                  rb"|\b\w*Warning ?: ")
 _WARNING = re.compile(_WARNING_LEVEL)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
@@ -463,9 +464,11 @@ def _finding(cause: Cause, hits: list[_Hits], rank) -> Finding:
 
 def _order(f: Finding) -> tuple[int, int, int, float, int, str]:
     # within a tier, a cause an error line states outranks one only warned about, and a cause's own wording one
-    # inferred from an error code alone
+    # inferred from an error code alone; symptoms go by time whatever named them: a code's documented symptom (EI0002's
+    # collective timeout) seen first is nearer the root than the dead engine vLLM reports after it
     first = f.first
-    return (0 if f.cause.tier == "cause" else 1, int(f.warned_only), int(f.by_code),
+    cause = f.cause.tier == "cause"
+    return (0 if cause else 1, int(f.warned_only), int(f.by_code and cause),
             first if first is not None else math.inf, -f.cause.weight, f.cause.id)
 
 

@@ -67,9 +67,12 @@ def test_excerpt_is_diagnosed_as_its_cause(tmp_path, path):
 
 
 def test_every_signature_matches_a_real_excerpt():
+    from tests.unit.diagnosis.test_diagnosis_wordings import BUILT  # lines built from upstream source, labelled there
+
     real = [*EXCERPTS, *CORPUS_DEV]
-    text = {c.id: b"".join(p.read_bytes() for p in real if _cause_of(p) == c.id) for c in CAT.causes}
-    # ...or a line built from the upstream statement that prints it, named beside it (tests/fixtures/upstream_lines/)
+    text = {c.id: b"".join(p.read_bytes() for p in real if _cause_of(p) == c.id)
+            + "\n".join(line for cid, line, _ in BUILT if cid == c.id).encode() for c in CAT.causes}
+    # ...and the vLLM-stack lines built in tests/fixtures/upstream_lines/ (each entry names its source)
     for built in sorted((FIX / "upstream_lines").glob("*.yaml")):
         for entry in yaml.safe_load(built.read_text()):
             text[entry["cause"]] += entry["log"].encode()
