@@ -31,6 +31,9 @@ NOT_A_CAUSE = [
     # hccl_tools.py on a host with hccn_tool: the command it runs and the answer it parses
     "hccn_tool -i 0 -ip -g",
     "ipaddr:192.168.100.100",
+    # MindSpore's CPU kernels out of host memory (DeviceContext CPU branch: "Memory isn't enough and alloc failed, kernel
+    # name: " ...): not the device's HBM
+    "RuntimeError: Memory isn't enough and alloc failed, kernel name: Default/Concat-op3, alloc size: 4096B.",
     # vLLM's CUDA extension failing to import on every Ascend start (a warning, outside any Ascend root)
     "WARNING 05-02 10:00:01 [_custom_ops.py:21] Failed to import from vllm._C with ImportError('/usr/local/lib/"
     "python3.11/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')",
