@@ -360,9 +360,10 @@ _FATAL = (b"Traceback (most recent call last)", b"EngineDeadError", b" died", b"
 _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  # a literal prefix: re's fast search
 # ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
-# (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout")
+# (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout"), or NCCL's trace of a failed call's return
+# code up its stack ("NCCL INFO transport/shm.cc:551 -> 2", after a WARN that names the failure: pytorch/ci-infra#490)
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
-                         rb"|(?:exited|died|terminated) unexpectedly")
+                         rb"|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]")
 # The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
 # that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
