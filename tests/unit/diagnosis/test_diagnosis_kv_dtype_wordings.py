@@ -1,6 +1,6 @@
 """kv-cache-insufficient in vllm-ascend's clamped wording ('Available memory: 0') and vLLM's zero budget, and
 dtype-unsupported in xformers' and flash-attn's words, hf-hub-unreachable in snapshot_download's, OfflineModeIsEnabled's
-and ModelScope's hub's (built lines in tests/fixtures/upstream_lines/sig8-vllm3.yaml),
+and ModelScope's hub's, ray-not-running in Ray 1.x's Redis wait and Ray Client's (built lines in tests/fixtures/upstream_lines/sig8-vllm3.yaml),
 left alone by the healthy start-up lines of the same statements and by near wordings that state no lack.
 """
 from __future__ import annotations
@@ -45,6 +45,8 @@ def test_a_start_up_with_memory_for_the_cache_names_no_cause(tmp_path, line):
     # a dtype named as supported, not as missing
     ("dtype-unsupported", b"INFO bf16 is supported on this device, using torch.bfloat16"),
     ("dtype-unsupported", b"FlashAttention supports fp16 and bf16 data types"),
+    # another program's Redis client, not Ray's wait for its head
+    ("ray-not-running", b"Error: Unable to connect to Redis at localhost:6379"),
     # offline mode named as a setting, and the retry warning huggingface_hub logs before it may still succeed
     ("hf-hub-unreachable", b"INFO offline mode is enabled (HF_HUB_OFFLINE=1), loading from the local cache"),
     ("hf-hub-unreachable", b"'(MaxRetryError(\"HTTPSConnectionPool(host='www.modelscope.cn', port=443): Max retries\"))' "
