@@ -1,7 +1,8 @@
-"""kv-cache-insufficient in vllm-ascend's clamped wording ('Available memory: 0') and vLLM's zero budget, and
-dtype-unsupported in xformers' and flash-attn's words, hf-hub-unreachable in snapshot_download's, OfflineModeIsEnabled's
-and ModelScope's hub's, ray-not-running in Ray 1.x's Redis wait and Ray Client's (built lines in tests/fixtures/upstream_lines/sig8-vllm3.yaml),
-left alone by the healthy start-up lines of the same statements and by near wordings that state no lack.
+"""The third pass's wordings of vLLM-stack causes (built lines in tests/fixtures/upstream_lines/sig8-vllm3.yaml:
+kv-cache-insufficient with no budget left, dtype-unsupported in xformers', flash-attn's and vLLM's quantisation words,
+hf-hub-unreachable in snapshot_download's, OfflineModeIsEnabled's and the Hub's file hosts', ray-not-running in Ray 1.x's
+and Ray Client's, package-version-mismatch in torchvision's, numpy's and huggingface_hub's) left alone by the healthy
+start-up lines of the same statements and by near wordings that state no failure.
 """
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def test_a_start_up_with_memory_for_the_cache_names_no_cause(tmp_path, line):
     # a dtype named as supported, not as missing
     ("dtype-unsupported", b"INFO bf16 is supported on this device, using torch.bfloat16"),
     ("dtype-unsupported", b"FlashAttention supports fp16 and bf16 data types"),
+    # a local directory named like the package shadowing it, not another release of it
+    ("package-version-mismatch", b"ImportError: cannot import name 'snapshot_download' from 'huggingface_hub' "
+                                 b"(unknown location)"),
+    # a host whose name only ends like the Hub's
+    ("hf-hub-unreachable", b"requests.exceptions.ConnectionError: HTTPSConnectionPool(host='nothuggingface.com', port=443)"),
     # another program's Redis client, not Ray's wait for its head
     ("ray-not-running", b"Error: Unable to connect to Redis at localhost:6379"),
     # offline mode named as a setting, and the retry warning huggingface_hub logs before it may still succeed
