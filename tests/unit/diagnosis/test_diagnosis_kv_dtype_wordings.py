@@ -42,7 +42,9 @@ def test_a_start_up_with_memory_for_the_cache_names_no_cause(tmp_path, line):
 @pytest.mark.parametrize(("cid", "line"), [
     # a budget that starts with 0 but is not nothing
     ("kv-cache-insufficient", b"Available memory: 0.75 GiB"),
-    ("kv-cache-insufficient", b"Available KV cache memory: 0.005 GiB"),
+    ("kv-cache-insufficient", b"Available KV cache memory: 0.05 GiB"),
+    # another tool's pool, not the engine's KV budget
+    ("kv-cache-insufficient", b"INFO swap: Available memory: 0 MB"),
     # a dtype named as supported, not as missing
     ("dtype-unsupported", b"INFO bf16 is supported on this device, using torch.bfloat16"),
     ("dtype-unsupported", b"FlashAttention supports fp16 and bf16 data types"),
