@@ -72,3 +72,18 @@ def test_hccl_op_retry_hint_alone_is_no_port_cause(tmp_path):
 ])
 def test_other_used_by_other_docker_wordings_are_not_device_occupied(tmp_path, line):
     assert _top(tmp_path, line + "\n") != "npu-device-occupied"
+
+
+def test_a_request_past_any_device_is_no_npu_oom(tmp_path):
+    # torch_npu's caching allocator formats a size of an exabyte or more as "more than 1EB" (values made up): a size
+    # from corrupted lengths, not HBM that ran out; a real request still is npu-oom
+    absurd = "RuntimeError: NPU out of memory. Tried to allocate more than 1EB memory.\n"
+    real = ("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 58.10 GiB "
+            "already allocated; 58.10 GiB current active; 1.02 GiB free)\n")
+    assert _top(tmp_path / "a", absurd) != "npu-oom"
+    assert _top(tmp_path / "b", real) == "npu-oom"
+
+
+def test_torch_npu_own_compiled_module_is_not_library_missing(tmp_path):
+    # python started inside torch_npu's source tree, or a broken wheel (the import system's wording)
+    assert _top(tmp_path, "ModuleNotFoundError: No module named 'torch_npu._C'\n") != "library-missing"
