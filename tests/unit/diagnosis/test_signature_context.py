@@ -87,3 +87,13 @@ def test_a_request_past_any_device_is_no_npu_oom(tmp_path):
 def test_torch_npu_own_compiled_module_is_not_library_missing(tmp_path):
     # python started inside torch_npu's source tree, or a broken wheel (the import system's wording)
     assert _top(tmp_path, "ModuleNotFoundError: No module named 'torch_npu._C'\n") != "library-missing"
+
+
+@pytest.mark.parametrize("line", [
+    # vLLM config _get_and_verify_dtype: logger.info("Downcasting %s to %s.", config_dtype, torch_dtype), built
+    "INFO 05-02 10:00:01 [config.py:1200] Downcasting torch.float32 to torch.bfloat16.",
+    # a flag's help text on a healthy start
+    "  --bf16        use bfloat16 where the device supports it",
+])
+def test_healthy_bf16_mentions_are_not_dtype_unsupported(tmp_path, line):
+    assert _top(tmp_path, line + "\n") != "dtype-unsupported"
