@@ -31,10 +31,15 @@ class Signature(BaseModel):
     # set on the signatures error_codes.yaml adds (never in catalogue.yaml): a documented code decides its
     # cause only when no signature written for a cause's own wording matches (see engine._order)
     code: str = ""
+    # a regular expression the same log file must also match somewhere: a line whose wording alone is shared with
+    # other causes (an MTE address error: any faulty kernel) names this cause only beside the context that makes it so
+    context: str = ""
 
-    @field_validator("pattern")
+    @field_validator("pattern", "context")
     @classmethod
     def _compiles(cls, v: str) -> str:
+        if not v:
+            return v
         try:
             re.compile(v.encode())
         except re.error as exc:
@@ -60,6 +65,10 @@ class Signature(BaseModel):
     def regex(self) -> re.Pattern[bytes]:
         # bytes: logs are read as bytes (no decoding of 100 MB), and a leading literal keeps the scan fast
         return re.compile(self.pattern.encode(), re.IGNORECASE if self.ignorecase else 0)
+
+    @cached_property
+    def context_regex(self) -> re.Pattern[bytes] | None:
+        return re.compile(self.context.encode()) if self.context else None
 
     def holds_for(self, versions: dict[str, str]) -> bool:
         """False only when the run's version of the signature's component is known and outside its range."""

@@ -277,6 +277,8 @@ def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
             _scan_needle(f.data, needle, sigs, seen)
     out: dict[str, _Hits] = {}
     by_cause: dict[str, list[int]] = {}
+    for i in [i for i in seen.count if not _in_context(f.data, pairs[i][1])]:
+        del seen.count[i]
     for i in seen.count:
         by_cause.setdefault(pairs[i][0].id, []).append(i)
     for cid, idx in by_cause.items():
@@ -284,6 +286,12 @@ def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
         out[cid] = _Hits(sum(seen.count[i] for i in idx), _evidence(f, starts),
                          all(pairs[i][1].code for i in idx))
     return out
+
+
+def _in_context(data: bytes, sig: Signature) -> bool:
+    """A signature with a context counts only when its file holds that context too (searched once it matched)."""
+    rx = sig.context_regex
+    return rx is None or rx.search(data) is not None
 
 
 def _iso_seconds(value: object) -> float | None:
