@@ -37,6 +37,8 @@ NEAR = [
     ("shm-too-small", "[info] Shared memory created for device 0"),
     # a model file found
     ("model-files-missing", "2026-05-06 10:00:00.000 1 root INFO Successfully loaded model file /mnt/models/model.joblib"),
+    # a loader that will download what it did not find (not raised)
+    ("model-files-missing", "No local weights found, DeepFace may try downloading..."),
     # vLLM's ray_utils while it waits (it may still be placed)
     ("ray-placement-unsatisfiable",
      "INFO 05-06 10:00:00 ray_utils.py:200] Waiting for creating a placement group of specs for 10 seconds. specs="
