@@ -45,3 +45,31 @@ def test_a_module_an_inference_stack_imports_is_library_missing(tmp_path, frame)
 ])
 def test_a_chip_named_without_a_refusal_is_no_soc_cause(tmp_path, line):
     assert _top(tmp_path, line) != "npu-soc-unsupported"
+
+
+def _diagnose(tmp_path: Path, text: str):
+    node = tmp_path / "logs" / "n0"
+    node.mkdir(parents=True)
+    (node / "engine.log").write_text(text)
+    return diagnose(tmp_path / "logs")
+
+
+# HCCL's transport failure (EI0009's wording, values made up): a symptom, whatever came before it
+TRANSPORT = ("        Transport init error. Reason: [Create] [DestLink]Create Dest error! createLink para:rank[1]-"
+             "localUserrank[1]-localIpAddr[10.0.0.1], dst_rank[2]-remoteUserrank[2]-remote_ip_addr[10.0.0.1]\n")
+
+
+def test_a_code_stating_a_cause_outside_the_catalogue_is_shown_before_its_symptoms(tmp_path):
+    # EI0005 (hcomm docs/en/error_codes/EI0005-Invalid_Argument.md) as the error message manager prints it; made-up
+    # values: the arguments differing between ranks is the cause, the transport failing after it follows from it
+    log = ("EI0005: 2026-05-02-10:00:01.781.599 The arguments for collective communication are inconsistent between "
+           "ranks:tag[HcomAllReduce_1_0], parameter[count], local[16], remote [8]\n" + TRANSPORT)
+    d = _diagnose(tmp_path, log)
+    assert d.findings == [] and any("EI0005" in e.text for e in d.first_errors)
+
+
+def test_an_execution_error_code_before_a_symptom_leaves_the_symptom(tmp_path):
+    # EI0013 (an error CQE: the network failed or the peer exited) is itself an event, not a cause
+    log = ("EI0013: 2026-05-02-10:00:01.781.599 An error CQE occurred during operation. Local rank 1, remote rank 2\n"
+           + TRANSPORT)
+    assert _top(tmp_path, log) == "hccl-transport-init"
