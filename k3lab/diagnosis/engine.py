@@ -545,15 +545,20 @@ def _failed_or_warned(findings: list[Finding], files: list[LogFile],
     error is shown instead."""
     warned = bool(findings) and all(f.warning_only for f in findings)
     if findings and not warned:
-        if all(f.cause.tier != "cause" for f in findings):
-            first, notes = _first_errors(files, rank)
-            if any(_code_outside_catalogue(e, findings) for e in first):
-                return [], first, notes
-        return findings, [], []
+        stated = _stated_by_code(findings, files, rank)
+        return ([], *stated) if stated else (findings, [], [])
     first, notes = _first_errors(files, rank)
     if warned and not any(_WARNED_FAILURE.search(t) or not _EXCEPTION.search(t) for t in (e.text.encode() for e in first)):
         return [], first, notes + [_warning_note(f, bool(first)) for f in findings]
     return findings, [] if findings else first, notes
+
+
+def _stated_by_code(findings: list[Finding], files: list[LogFile], rank) -> tuple[list[Evidence], list[str]] | None:
+    """The first errors and notes when only symptoms were found and a first error's code states their cause."""
+    if any(f.cause.tier == "cause" for f in findings):
+        return None
+    first, notes = _first_errors(files, rank)
+    return (first, notes) if any(_code_outside_catalogue(e, findings) for e in first) else None
 
 
 # the hcomm error codes' categories whose meaning is a cause rather than an event (docs/en/error_codes: EI0001
