@@ -73,3 +73,10 @@ def test_an_execution_error_code_before_a_symptom_leaves_the_symptom(tmp_path):
     log = ("EI0013: 2026-05-02-10:00:01.781.599 An error CQE occurred during operation. Local rank 1, remote rank 2\n"
            + TRANSPORT)
     assert _top(tmp_path, log) == "hccl-transport-init"
+
+
+def test_ldd_with_every_library_found_is_no_missing_library(tmp_path):
+    # glibc ldd's format for found dependencies (paths made up)
+    log = ("\tlibascendcl.so => /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so (0x0000ffff9e000000)\n"
+           "\tlibstdc++.so.6 => /lib/aarch64-linux-gnu/libstdc++.so.6 (0x0000ffff9e200000)\n")
+    assert _top(tmp_path, log) != "library-missing"
