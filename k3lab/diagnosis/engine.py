@@ -545,11 +545,41 @@ def _failed_or_warned(findings: list[Finding], files: list[LogFile],
     error is shown instead."""
     warned = bool(findings) and all(f.warning_only for f in findings)
     if findings and not warned:
-        return findings, [], []
+        stated = _stated_by_code(findings, files, rank)
+        return ([], *stated) if stated else (findings, [], [])
     first, notes = _first_errors(files, rank)
     if warned and not any(_WARNED_FAILURE.search(t) or not _EXCEPTION.search(t) for t in (e.text.encode() for e in first)):
         return [], first, notes + [_warning_note(f, bool(first)) for f in findings]
     return findings, [] if findings else first, notes
+
+
+def _stated_by_code(findings: list[Finding], files: list[LogFile], rank) -> tuple[list[Evidence], list[str]] | None:
+    """The first errors and notes when only symptoms were found and a first error's code states their cause."""
+    if any(f.cause.tier == "cause" for f in findings):
+        return None
+    first, notes = _first_errors(files, rank)
+    return (first, notes) if any(_code_outside_catalogue(e, findings) for e in first) else None
+
+
+# the hcomm error codes' categories whose meaning is a cause rather than an event (docs/en/error_codes: EI0001
+# Config_Error_..., EI0003/EI0005 Invalid_Argument..., EI0004 File_Operation_Error_Parse, EI0007 Resource_Error, ...)
+_STATES_CAUSE = re.compile(r"(?:Config_Error|Invalid_Argument|File_Operation_Error|Package_Error|Resource_Error)")
+
+
+def _code_outside_catalogue(e: Evidence, symptoms: list[Finding]) -> bool:
+    """A first error carries a documented code that states a cause the catalogue does not hold (HCCL's EI0005: the
+    arguments differ between ranks) and precedes every symptom: the symptoms (a transport that then failed) follow
+    from it, so the first error with its code's meaning says more than a symptom would. Only the code categories that
+    state a cause count (configuration, argument, file, package, resource); a communication or execution error, a
+    timeout (EI0002, 107020) or a generic code (EE9999, no name: its reason is in the lines after it) is a symptom."""
+    if not any(_STATES_CAUSE.match(c.name) and not c.cause for _, c in _codes.decode(e.text)):
+        return False
+
+    def after(s: Evidence) -> bool:
+        if s.file == e.file and s.node == e.node:
+            return s.line >= e.line
+        return e.when is not None and s.when is not None and s.when >= e.when
+    return all(f.evidence and after(f.evidence[0]) for f in symptoms)
 
 
 def _warning_note(f: Finding, failed: bool) -> str:
