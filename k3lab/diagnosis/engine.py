@@ -133,6 +133,8 @@ class Diagnosis:
     skipped: list[str] = field(default_factory=list)  # files not read as logs, each with why
     # when no cause matched: the earliest error lines across the nodes, the closest the logs come to a cause
     first_errors: list[Evidence] = field(default_factory=list)
+    # when no signature matched: the causes whose meaning a first error line holds (lower confidence, see _likely)
+    likely: list[Finding] = field(default_factory=list)
 
     @property
     def top(self) -> Finding | None:
@@ -144,9 +146,11 @@ class Diagnosis:
         return bool(self.findings or self.first_errors)
 
     def as_dict(self) -> dict[str, Any]:
-        verdict = "cause" if self.findings else "first-error" if self.first_errors else "clean"
+        verdict = ("cause" if self.findings else "likely" if self.likely else "first-error" if self.first_errors
+                   else "clean")
         return {"dir": str(self.root), "kind": self.kind, "verdict": verdict, "nodes": self.nodes, "gate": self.gate,
                 "findings": [f.as_dict() for f in self.findings],
+                "likely": [{**f.as_dict(), "tier": LIKELY, "confidence": LIKELY} for f in self.likely],
                 "first_errors": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
                                   "codes": _codes.describe(e.text)} for e in self.first_errors],
                 "looked": [{"node": n, "file": f, "bytes": b} for n, f, b in self.looked], "notes": self.notes,
@@ -521,7 +525,26 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
     looked = [(f.node, f.rel, f.size) for f in layout.files]
     findings, first, benign = _failed_or_warned(findings, layout.files, rank)
     return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
-                     layout.skipped, first)
+                     layout.skipped, first, [] if findings else _likely(cat, first))
+
+
+LIKELY = "likely"  # the tier and confidence of a cause read from a first error's meaning, below every signature's
+
+
+def _likely(cat: Catalogue, first: list[Evidence]) -> list[Finding]:
+    """The causes whose meaning (catalogue.yaml ``meaning``) a first error line holds, the earliest line first: another
+    project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the few first-error lines
+    are read, so it costs nothing on a large log."""
+    out: dict[str, Finding] = {}
+    for e in first:
+        for cause in cat.causes:
+            if cause.meaning and cause.means(e.text):
+                f = out.setdefault(cause.id, Finding(cause))
+                f.evidence.append(e)
+                f.count += 1
+                if e.node not in f.nodes:
+                    f.nodes.append(e.node)
+    return list(out.values())
 
 
 def _findings(cat: Catalogue, per_file: list[dict[str, _Hits]], layout: Layout, rows: list[runs.ResultRow],

@@ -55,6 +55,11 @@ def text(d: Diagnosis, limit: int = 3) -> list[str]:
         lines.append(f"  {'first error, cause unknown' if i == 0 else 'then'}: {node}{e.where()}: {e.text}")
         if meaning := describe(e.text):
             lines.append(f"    code {meaning}")
+    for f in d.likely[:1]:  # read from the meaning of a first error, not from a signature: said as likely
+        where = f" on {f.node}" if f.node and f.node != "-" else ""
+        lines.append(f"likely {f.cause.id}{where} (by the meaning of the first error: {f.evidence[0].text}): "
+                     f"{f.cause.title} [{f.cause.component}]")
+        lines.append(f"  remedy: {f.cause.remedy}")
     for i, f in enumerate(d.findings[:limit], 1):
         lines += _finding_lines(f, i)
     lines += [f"note: {n}" for n in d.notes[:5]]
