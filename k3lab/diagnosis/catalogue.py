@@ -168,6 +168,9 @@ class Cause(BaseModel):
     # the cause's meaning, for a first error no signature explains (another project's wording): alternatives, each a
     # list of word groups that must all appear on one line (a word of each group; case-insensitive, whole words)
     meaning: list[list[list[str]]] = Field(default_factory=list)
+    # words that take a line out of the meaning: what the signatures exclude too (npu-oom: a request of "more than 1EB"
+    # is a size computed from corrupted values, not memory that ran out)
+    meaning_unless: list[str] = Field(default_factory=list)
 
     @field_validator("meaning")
     @classmethod
@@ -183,6 +186,8 @@ class Cause(BaseModel):
 
     def means(self, line: str) -> bool:
         """The line holds a word of every group of one alternative of the cause's meaning."""
+        if self.meaning_unless and _group(self.meaning_unless).search(line):
+            return False
         return any(all(rx.search(line) for rx in alt) for alt in self.meaning_regexes)
 
 

@@ -69,3 +69,16 @@ def test_each_meaning_needs_two_groups():
     with pytest.raises(ValueError):
         catalogue.Cause.model_validate({**cause.model_dump(), "meaning": [[["port"]]]})
     assert cause.means("OSError: [Errno 98] Address already in use") and not cause.means("port 8000 ready")
+
+
+@pytest.mark.parametrize("name, likely", [
+    # a signature's line without its context (the MTE address error alone): no cause, but a failure line
+    ("heldout/hccl-buffsize-too-small--vllm-ascend-2674.log", None),
+    # Ray's memory monitor at INFO level: "out of memory" is a failure event; its meaning is host memory on a node
+    ("heldout9/host-oom--openrlhf-911.log", "host-oom"),
+    # "NPU out of memory. Tried to allocate more than 1EB": shown, but not read as npu-oom (corrupted sizes)
+    ("heldout2/unknown--flash-linear-attention-npu-149.log", None)])
+def test_never_silent_on_a_failure_line(tmp_path, name, likely):
+    d = diagnose(_logs(tmp_path, CORPUS / name))
+    assert d.failed and d.first_errors and not d.findings
+    assert (d.likely[0].cause.id if d.likely else None) == likely
