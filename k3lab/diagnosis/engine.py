@@ -531,20 +531,37 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
     looked = [(f.node, f.rel, f.size) for f in layout.files]
     findings, first, benign = _failed_or_warned(findings, layout.files, rank, unplaced)
     return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
-                     layout.skipped, first, [] if findings else _likely(cat, first))
+                     layout.skipped, first, [] if findings else _likely(cat, first, layout.files))
 
 
 LIKELY = "likely"  # the tier and confidence of a cause read from a first error's meaning, below every signature's
 
 
-def _likely(cat: Catalogue, first: list[Evidence]) -> list[Finding]:
+def _with_frame(e: Evidence, files: list[LogFile]) -> str:
+    """An exception line read with the traceback's last frame above it (``File ".../transformers/..."``): where it
+    was raised is part of what it means (a KeyError inside transformers' config mapping)."""
+    if not _EXCEPTION.search(e.text.encode()):
+        return e.text
+    f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+    if f is None or e.line < 2:
+        return e.text
+    at = 0
+    for _ in range(max(0, e.line - 4)):  # the start of the line 3 above; only for the few first errors
+        at = f.data.find(b"\n", at) + 1
+    lines = f.data[at:].split(b"\n", 4)[:3]
+    frame = next((x for x in reversed(lines) if x.lstrip().startswith(b'File "')), b"")
+    return frame.decode("utf-8", "replace").strip() + " " + e.text
+
+
+def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
     """The causes whose meaning (catalogue.yaml ``meaning``) a first error line holds, the earliest line first: another
     project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the few first-error lines
     are read, so it costs nothing on a large log."""
     out: dict[str, Finding] = {}
     for e in first:
+        line = _with_frame(e, files)
         for cause in cat.causes:
-            if cause.meaning and cause.means(e.text):
+            if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))
                 f.evidence.append(e)
                 f.count += 1

@@ -82,3 +82,9 @@ def test_never_silent_on_a_failure_line(tmp_path, name, likely):
     d = diagnose(_logs(tmp_path, CORPUS / name))
     assert d.failed and d.first_errors and not d.findings
     assert (d.likely[0].cause.id if d.likely else None) == likely
+
+
+def test_an_exception_is_read_with_the_frame_that_raised_it(tmp_path):
+    # "KeyError: 'chatglm'" raised in transformers/models/auto/configuration_auto.py: transformers does not know it
+    d = diagnose(_logs(tmp_path, CORPUS / "heldout9/transformers-too-old--chatglm-6b-913.log"))
+    assert d.likely[0].cause.id == "transformers-too-old" and d.likely[0].evidence[0].text == "KeyError: 'chatglm'"
