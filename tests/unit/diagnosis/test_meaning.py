@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from k3lab.cli.main import main
@@ -36,6 +37,7 @@ def test_a_first_error_with_a_causes_meaning_is_named_likely(tmp_path, capsys, l
     assert "first error, cause unknown" in out and f"likely {cause} on n0 (by the meaning of the first error: " in out
     assert main(["triage", "--json", str(tmp_path)]) == 1
     doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, json.loads((Path(catalogue.__file__).parents[1] / "schemas" / "triage.json").read_text()))
     assert doc["verdict"] == LIKELY and doc["findings"] == []
     assert doc["likely"][0]["id"] == cause and doc["likely"][0]["confidence"] == LIKELY == doc["likely"][0]["tier"]
 
