@@ -165,6 +165,36 @@ class Cause(BaseModel):
     explanation: str
     remedy: str
     sources: list[str] = Field(min_length=1)
+    # the cause's meaning, for a first error no signature explains (another project's wording): alternatives, each a
+    # list of word groups that must all appear on one line (a word of each group; case-insensitive, whole words)
+    meaning: list[list[list[str]]] = Field(default_factory=list)
+    # words that take a line out of the meaning: what the signatures exclude too (npu-oom: a request of "more than 1EB"
+    # is a size computed from corrupted values, not memory that ran out)
+    meaning_unless: list[str] = Field(default_factory=list)
+
+    @field_validator("meaning")
+    @classmethod
+    def _two_kinds(cls, v: list[list[list[str]]]) -> list[list[list[str]]]:
+        # precision over recall: one concept alone ("memory", "port") is on too many unrelated lines
+        if any(len(alt) < 2 or not all(alt) for alt in v):
+            raise ValueError("each meaning needs at least two non-empty word groups")
+        return v
+
+    @cached_property
+    def meaning_regexes(self) -> list[list[re.Pattern[str]]]:
+        return [[_group(words) for words in alt] for alt in self.meaning]
+
+    def means(self, line: str) -> bool:
+        """The line holds a word of every group of one alternative of the cause's meaning."""
+        if self.meaning_unless and _group(self.meaning_unless).search(line):
+            return False
+        return any(all(rx.search(line) for rx in alt) for alt in self.meaning_regexes)
+
+
+def _group(words: list[str]) -> re.Pattern[str]:
+    # whole words: "tp" is no part of "http", "hub" none of "github"
+    parts = [(r"\b" if w[0].isalnum() else "") + re.escape(w) + (r"\b" if w[-1].isalnum() else "") for w in words]
+    return re.compile("|".join(parts), re.IGNORECASE)
 
 
 class Catalogue(BaseModel):

@@ -133,6 +133,8 @@ class Diagnosis:
     skipped: list[str] = field(default_factory=list)  # files not read as logs, each with why
     # when no cause matched: the earliest error lines across the nodes, the closest the logs come to a cause
     first_errors: list[Evidence] = field(default_factory=list)
+    # when no signature matched: the causes whose meaning a first error line holds (lower confidence, see _likely)
+    likely: list[Finding] = field(default_factory=list)
 
     @property
     def top(self) -> Finding | None:
@@ -144,9 +146,11 @@ class Diagnosis:
         return bool(self.findings or self.first_errors)
 
     def as_dict(self) -> dict[str, Any]:
-        verdict = "cause" if self.findings else "first-error" if self.first_errors else "clean"
+        verdict = ("cause" if self.findings else "likely" if self.likely else "first-error" if self.first_errors
+                   else "clean")
         return {"dir": str(self.root), "kind": self.kind, "verdict": verdict, "nodes": self.nodes, "gate": self.gate,
                 "findings": [f.as_dict() for f in self.findings],
+                "likely": [{**f.as_dict(), "tier": LIKELY, "confidence": LIKELY} for f in self.likely],
                 "first_errors": [{"node": e.node, "file": e.file, "line": e.line, "text": e.text,
                                   "codes": _codes.describe(e.text)} for e in self.first_errors],
                 "looked": [{"node": n, "file": f, "bytes": b} for n, f, b in self.looked], "notes": self.notes,
@@ -267,8 +271,9 @@ def _passes(needles: list[tuple[bytes, list[int]]]) -> list[tuple[bytes | re.Pat
     return out
 
 
-def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
-    """Every active signature over one file, grouped by cause id."""
+def _scan(f: LogFile, cat: Catalogue, active: set[int], unplaced: list[int] | None = None) -> dict[str, _Hits]:
+    """Every active signature over one file, grouped by cause id; the lines of a signature whose context the file lacks
+    go to ``unplaced``: no cause, but still a failure line a catalogue entry knows."""
     seen = _Seen(max(0, _up_at(f.data, 0)))  # a service that came up and stayed up: its earlier lines are no cause
     pairs = cat.signatures
     for needle, idx in _passes(cat.needles):
@@ -279,6 +284,8 @@ def _scan(f: LogFile, cat: Catalogue, active: set[int]) -> dict[str, _Hits]:
     by_cause: dict[str, list[int]] = {}
     for i in [i for i in seen.count if not _in_context(f.data, pairs[i][1])]:
         del seen.count[i]
+        if unplaced is not None:
+            unplaced += seen.starts[i]
     for i in seen.count:
         by_cause.setdefault(pairs[i][0].id, []).append(i)
     for cid, idx in by_cause.items():
@@ -371,7 +378,7 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 # (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout"), or NCCL's trace of a failed call's return
 # code up its stack ("NCCL INFO transport/shm.cc:551 -> 2", after a WARN that names the failure: pytorch/ci-infra#490)
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
-                         rb"|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]")
+                         rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]")
 # The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
 # that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
@@ -415,7 +422,7 @@ def _with_last_frame(data: bytes, found: list[int]) -> list[int]:
     return found + [frame] if frame > found[0] else found
 
 
-def _error_positions(data: bytes) -> tuple[list[int], int]:
+def _error_positions(data: bytes, unplaced: list[int] | None = None) -> tuple[list[int], int]:
     """The first error lines, and where the service came up after them for good (-1: it did not)."""
     begin = max(0, len(data) - FIRST_ERROR_BYTES)
     begin = data.find(b"\n", begin - 1) + 1 if begin else 0  # from a whole line
@@ -427,16 +434,18 @@ def _error_positions(data: bytes) -> tuple[list[int], int]:
     up = _up_at(data, begin)
     if up >= 0:  # nothing fatal after the service came up: only error lines before it, a note
         return [p for p in found if p < up], up
-    return found or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True), -1
+    # no error-level line: a line a signature matched without its context (heldout vllm-ascend#2674's MTE address
+    # error alone) still failed, else a failure event
+    return found or sorted(set(unplaced or []))[:FIRST_ERRORS] or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True), -1
 
 
-def _first_errors(files: list[LogFile], rank) -> tuple[list[Evidence], list[str]]:
+def _first_errors(files: list[LogFile], rank, unplaced: list[list[int]] | None = None) -> tuple[list[Evidence], list[str]]:
     """The earliest error lines across the files (by their times, else the order read), at most FIRST_ERRORS;
     and a note for each file whose service came up after its error lines."""
     found: list[Evidence] = []
     notes: list[str] = []
-    for f in files:
-        positions, up = _error_positions(f.data)
+    for k, f in enumerate(files):
+        positions, up = _error_positions(f.data, unplaced[k] if unplaced else [])
         if up >= 0:
             if positions:
                 e = _evidence(f, positions[:1])[0]
@@ -516,12 +525,49 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
     gate = _gate(root)
     rank = _node_rank(layout.nodes, gate)
     active = {i for i, (_, sig) in enumerate(cat.signatures) if sig.holds_for(versions)}
-    per_file = [_scan(f, cat, active) for f in layout.files]
+    unplaced: list[list[int]] = [[] for _ in layout.files]
+    per_file = [_scan(f, cat, active, unplaced[k]) for k, f in enumerate(layout.files)]
     findings = sorted(_findings(cat, per_file, layout, rows, rank), key=_order)
     looked = [(f.node, f.rel, f.size) for f in layout.files]
-    findings, first, benign = _failed_or_warned(findings, layout.files, rank)
+    findings, first, benign = _failed_or_warned(findings, layout.files, rank, unplaced)
     return Diagnosis(root, layout.kind, findings, looked, layout.nodes, layout.notes + problems + benign, gate,
-                     layout.skipped, first)
+                     layout.skipped, first, [] if findings else _likely(cat, first, layout.files))
+
+
+LIKELY = "likely"  # the tier and confidence of a cause read from a first error's meaning, below every signature's
+
+
+def _with_frame(e: Evidence, files: list[LogFile]) -> str:
+    """An exception line read with the traceback's last frame above it (``File ".../transformers/..."``): where it
+    was raised is part of what it means (a KeyError inside transformers' config mapping)."""
+    if not _EXCEPTION.search(e.text.encode()):
+        return e.text
+    f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+    if f is None or e.line < 2:
+        return e.text
+    at = 0
+    for _ in range(max(0, e.line - 4)):  # the start of the line 3 above; only for the few first errors
+        at = f.data.find(b"\n", at) + 1
+    lines = f.data[at:].split(b"\n", 4)[:3]
+    frame = next((x for x in reversed(lines) if x.lstrip().startswith(b'File "')), b"")
+    return frame.decode("utf-8", "replace").strip() + " " + e.text
+
+
+def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
+    """The causes whose meaning (catalogue.yaml ``meaning``) a first error line holds, the earliest line first: another
+    project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the few first-error lines
+    are read, so it costs nothing on a large log."""
+    out: dict[str, Finding] = {}
+    for e in first:
+        line = _with_frame(e, files)
+        for cause in cat.causes:
+            if cause.meaning and cause.means(line):
+                f = out.setdefault(cause.id, Finding(cause))
+                f.evidence.append(e)
+                f.count += 1
+                if e.node not in f.nodes:
+                    f.nodes.append(e.node)
+    return list(out.values())
 
 
 def _findings(cat: Catalogue, per_file: list[dict[str, _Hits]], layout: Layout, rows: list[runs.ResultRow],
@@ -536,8 +582,8 @@ def _findings(cat: Catalogue, per_file: list[dict[str, _Hits]], layout: Layout, 
     return out
 
 
-def _failed_or_warned(findings: list[Finding], files: list[LogFile],
-                      rank) -> tuple[list[Finding], list[Evidence], list[str]]:
+def _failed_or_warned(findings: list[Finding], files: list[LogFile], rank,
+                      unplaced: list[list[int]] | None = None) -> tuple[list[Finding], list[Evidence], list[str]]:
     """The findings, the first errors (when no cause is named) and notes. A cause only warned about (Gloo's loopback
     fallback, Ray's /tmp fallback for a small /dev/shm: warnings healthy start-ups print) is named only when the logs
     show a failure it may explain (a timeout, a crash, a dead process, a refused connection); on logs with none it is
@@ -547,7 +593,7 @@ def _failed_or_warned(findings: list[Finding], files: list[LogFile],
     if findings and not warned:
         stated = _stated_by_code(findings, files, rank)
         return ([], *stated) if stated else (findings, [], [])
-    first, notes = _first_errors(files, rank)
+    first, notes = _first_errors(files, rank, unplaced)
     if warned and not any(_WARNED_FAILURE.search(t) or not _EXCEPTION.search(t) for t in (e.text.encode() for e in first)):
         return [], first, notes + [_warning_note(f, bool(first)) for f in findings]
     return findings, [] if findings else first, notes

@@ -41,6 +41,16 @@ def _finding_lines(f: Finding, rank: int) -> list[str]:
     return lines
 
 
+def _likely_lines(d: Diagnosis) -> list[str]:
+    """The cause read from the meaning of a first error, not from a signature: said as likely, never as the cause."""
+    if not d.likely:
+        return []
+    f = d.likely[0]
+    where = f" on {f.node}" if f.node and f.node != "-" else ""
+    return [f"likely {f.cause.id}{where} (by the meaning of the first error: {f.evidence[0].text}): "
+            f"{f.cause.title} [{f.cause.component}]", f"  remedy: {f.cause.remedy}"]
+
+
 def text(d: Diagnosis, limit: int = 3) -> list[str]:
     """The diagnosis as terminal lines: the top cause with node, evidence, remedy and source; then the next."""
     gate = d.gate or {}
@@ -55,6 +65,7 @@ def text(d: Diagnosis, limit: int = 3) -> list[str]:
         lines.append(f"  {'first error, cause unknown' if i == 0 else 'then'}: {node}{e.where()}: {e.text}")
         if meaning := describe(e.text):
             lines.append(f"    code {meaning}")
+    lines += _likely_lines(d)
     for i, f in enumerate(d.findings[:limit], 1):
         lines += _finding_lines(f, i)
     lines += [f"note: {n}" for n in d.notes[:5]]

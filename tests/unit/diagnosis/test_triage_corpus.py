@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from k3lab.diagnosis import catalogue
-from k3lab.diagnosis.engine import diagnose
+from k3lab.diagnosis.engine import LIKELY, diagnose
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
 INDEX: dict[str, dict[str, str]] = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
@@ -41,7 +41,7 @@ class Outcome:
     name: str
     want: str
     got: str  # the top cause id, "first-error" (no cause, an error line shown) or "nothing"
-    tier: str = ""  # the top cause's tier: "cause" (high confidence) or "symptom"
+    tier: str = ""  # the top cause's tier: "cause" (high confidence), "symptom" or "likely" (by a first error's meaning)
 
     @property
     def right(self) -> bool:
@@ -65,6 +65,8 @@ def _triage(path: Path) -> tuple[str, str]:
         d = diagnose(tmp)
     if d.top:
         return d.top.cause.id, d.top.cause.tier
+    if d.likely:
+        return d.likely[0].cause.id, LIKELY
     return ("first-error" if d.first_errors else "nothing"), ""
 
 
@@ -86,9 +88,11 @@ def table(split: str, outcomes: list[Outcome]) -> list[str]:
              f"top-1 on stated causes {sum(o.right for o in fails)}/{len(fails)}; "
              f"all right {sum(o.right for o in outcomes)}/{len(outcomes)}; "
              f"confident wrong {sum(o.confident_wrong for o in outcomes)}, "
-             f"a symptom instead {sum(not o.right and o.tier == 'symptom' for o in outcomes)}"]
+             f"a symptom instead {sum(not o.right and o.tier == 'symptom' for o in outcomes)}; "
+             f"right by meaning {sum(o.right and o.tier == LIKELY for o in outcomes)}, "
+             f"wrong by meaning {sum(not o.right and o.tier == LIKELY for o in outcomes)}"]
     lines += [f"  {cause:28} {sum(o.right for o in rows)}/{len(rows)}" for cause, rows in sorted(by.items())]
-    lines += [f"  miss {o.name}: got {o.got}{' (symptom)' if o.tier == 'symptom' else ''}"
+    lines += [f"  miss {o.name}: got {o.got}{f' ({o.tier})' if o.tier in ('symptom', LIKELY) else ''}"
               for o in outcomes if not o.right]
     return lines
 
