@@ -7,7 +7,8 @@ written from dev/ only. heldout2/ (``split: heldout2``) is a second held-out set
 the signature changes of #32's second pass and never used to write one: the honest measure once heldout/'s
 misses are known. heldout3/ (``split: heldout3``) is a third, collected in one go from broad searches without
 reading the signatures, after the third pass, to measure only; heldout4/ a fourth, collected during the fourth
-pass by helpers who read neither the catalogue nor the engine; heldout5/ a fifth, the same way during the fifth.
+pass by helpers who read neither the catalogue nor the engine; heldout5/ a fifth, the same way during the fifth;
+heldout6/ to heldout10/ the same way, one before each of the sixth session's passes (see the floors below).
 A case is right when the top cause is the stated one; an unknown log is right when no cause is named and the first error is shown; a healthy log is right when
 nothing is flagged. A wrong cause named with confidence (a root cause, not a symptom such as "an engine died,
 see the lines before it", on an unknown or healthy log or instead of the stated cause) is the worst outcome and
@@ -148,10 +149,25 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # collectors during that pass, 2 threads dropped that a helper also took into dev): 3/4, 0 wrong, 0 silent.
 # dev silent 1 (sig5b): Paddle-Lite#10514 shows only a [W] CANN-version warning and no failing line; a cause only
 # warned about on a log that shows no failure is no root cause (docs/diagnosis.md)
+# Sixth session of #32: five sealed sets, each collected during a pass by helpers who read neither the catalogue nor
+# the engine (only cause ids and titles), threads already in the corpus off limits, excerpts without their failing
+# line or not verbatim dropped before scoring; each scored ONCE with the code of the pass it followed, then used to
+# write the next pass (so its figure below is no longer a measure). First scores: heldout6 after pass 1 (upstream
+# wordings across releases) 21/33 = 64%; heldout7 after pass 2 (the same meaning in other components' words) 23/30
+# = 77% (vllm-ascend#8393's note was seen by a helper of that pass); heldout8 after pass 3 (context that keeps a
+# wording precise) 23/31 = 74%; heldout9 after pass 4 (wrappers' wordings) 13/19 = 68%; heldout10 (small: the
+# search budget ran out) after pass 4 and again after the meaning layer 8/11 = 73% both times. 0 healthy flagged on
+# each. Known wrong answers now: heldout6's EI0008 (CANN versions differ between ranks, labelled unknown) named
+# driver-cann-mismatch by its documented code; heldout7's gpustack#2236 ('Free memory on device ... less than
+# desired' on a GPU, labelled unknown; dev labels the same line npu-oom on kvcached logs); heldout9's ragflow#7345
+# (out of memory at start, unknown) named host-oom and vllm#37133 ('unrecognized arguments: serve ...', unknown)
+# named cli-argument-unknown; heldout10's exo#827 (aiohttp's bind failure, port-in-use) named api-port-in-use.
+# heldout3's cap falls from 9 to 6 (pass 3 stopped naming an MTE line and a CANN module import as causes).
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
-                         [("dev", 0.97, 0, 1), ("heldout", 0.80, 2, 1), ("heldout2", 0.69, 2, 1),
-                          ("heldout3", 0.22, 9, 2), ("heldout4", 0.62, 2, 4),
-                          ("heldout5", 0.72, 0, 0)])
+                         [("dev", 0.95, 0, 1), ("heldout", 0.84, 2, 0), ("heldout2", 0.78, 0, 0),
+                          ("heldout3", 0.47, 6, 1), ("heldout4", 0.66, 2, 4), ("heldout5", 0.97, 0, 0),
+                          ("heldout6", 0.87, 1, 0), ("heldout7", 0.87, 1, 0), ("heldout8", 0.97, 0, 0),
+                          ("heldout9", 0.86, 2, 0), ("heldout10", 0.69, 1, 0)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
@@ -164,5 +180,5 @@ def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
 
 
 if __name__ == "__main__":
-    for part in sys.argv[1:] or ["dev", "heldout", "heldout2", "heldout3", "heldout4", "heldout5"]:
+    for part in sys.argv[1:] or ["dev", *sorted({n.split("/")[0] for n in INDEX} - {"dev"}, key=lambda p: (len(p), p))]:
         print("\n".join(table(part, score(part))))
