@@ -76,6 +76,7 @@ class Evidence:
     line: int  # 1-based in what was read (0: not a line of a log, e.g. a container's exit code)
     text: str
     when: float | None = None
+    at: int = field(default=-1, compare=False, repr=False)  # the line's byte offset in its file (-1: not a log line)
 
     def where(self) -> str:
         return f"{self.file}:{self.line}" if self.line else self.file
@@ -189,7 +190,7 @@ def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
         if when is None:
             when = _time_before(f.data, start)
         text = raw.decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
-        out.append(Evidence(f.node, f.rel, line, text, when))
+        out.append(Evidence(f.node, f.rel, line, text, when, start))
         if len(out) >= KEEP:
             break
     return out
@@ -543,12 +544,12 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     if not _EXCEPTION.search(e.text.encode()):
         return e.text
     f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
-    if f is None or e.line < 2:
+    if f is None or e.at <= 0:
         return e.text
-    at = 0
-    for _ in range(max(0, e.line - 4)):  # the start of the line 3 above; only for the few first errors
-        at = f.data.find(b"\n", at) + 1
-    lines = f.data[at:].split(b"\n", 4)[:3]
+    at = e.at
+    for _ in range(3):  # back to the start of the line 3 above, from the offset the evidence kept
+        at = f.data.rfind(b"\n", 0, max(0, at - 1)) + 1
+    lines = f.data[at:e.at].split(b"\n")[:3]
     frame = next((x for x in reversed(lines) if x.lstrip().startswith(b'File "')), b"")
     return frame.decode("utf-8", "replace").strip() + " " + e.text
 

@@ -4,19 +4,9 @@ undefined symbol in any library under an Ascend root) leave alone what healthy r
 The lines that must match are in tests/fixtures/upstream_lines/ascend-stack.yaml (test_upstream_lines.py)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from k3lab.diagnosis.engine import diagnose
-
-
-def _diagnose(tmp_path: Path, text: str):
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    return diagnose(tmp_path / "logs")
-
+from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
 
 # each built from (not quoted from) the statement named beside it
 NOT_A_CAUSE = [

@@ -3,20 +3,10 @@ tests/fixtures/upstream_lines/sig9-ascend4.yaml), and library-missing's plain 'N
 stack imports the module (any script's missing dependency is that script's install)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from k3lab.diagnosis.engine import diagnose
-
-
-def _top(tmp_path: Path, text: str) -> str:
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    d = diagnose(tmp_path / "logs")
-    return d.top.cause.id if d.top else ""
-
+from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
+from tests.unit.diagnosis.onelog import top_cause as _top
 
 # Python's import error in a user's own script (paths and module made up): no serving stack in sight
 SCRIPT = ('Traceback (most recent call last):\n  File "/home/u/bot/chat.py", line 3, in <module>\n'
@@ -45,13 +35,6 @@ def test_a_module_an_inference_stack_imports_is_library_missing(tmp_path, frame)
 ])
 def test_a_chip_named_without_a_refusal_is_no_soc_cause(tmp_path, line):
     assert _top(tmp_path, line) != "npu-soc-unsupported"
-
-
-def _diagnose(tmp_path: Path, text: str):
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    return diagnose(tmp_path / "logs")
 
 
 # HCCL's transport failure (EI0009's wording, values made up): a symptom, whatever came before it

@@ -6,12 +6,10 @@ start-up lines of the same statements and by near wordings that state no failure
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from k3lab.diagnosis import catalogue
-from k3lab.diagnosis.engine import diagnose
+from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
 
 CAT = catalogue.load()
 
@@ -24,13 +22,6 @@ HEALTHY = [
     "(EngineCore_DP0 pid=4120) INFO 03-02 09:12:40 [gpu_worker.py:298] Available KV cache memory: 0.52 GiB",
     "(EngineCore_DP0 pid=4120) INFO 03-02 09:12:40 [gpu_worker.py:298] Available KV cache memory: 51.96 GiB",
 ]
-
-
-def _diagnose(tmp_path: Path, text: str):
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    return diagnose(tmp_path / "logs")
 
 
 @pytest.mark.parametrize("line", HEALTHY, ids=range(len(HEALTHY)))

@@ -4,12 +4,10 @@ else: healthy start-ups, a free port looked for, a size check that passed, NCCL'
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from k3lab.diagnosis import catalogue
-from k3lab.diagnosis.engine import diagnose
+from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
 
 CAT = catalogue.load()
 
@@ -28,13 +26,6 @@ HEALTHY = [
     "node0:3663:4044 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC",
     "node0:3663:4044 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1",
 ]
-
-
-def _diagnose(tmp_path: Path, text: str):
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    return diagnose(tmp_path / "logs")
 
 
 @pytest.mark.parametrize("line", HEALTHY, ids=range(len(HEALTHY)))

@@ -4,21 +4,10 @@ op compiler imports is not a library missing from the image, the HCCL op-retry's
 another container holds the device. Lines that must match are in tests/fixtures/upstream_lines/ascend-stack.yaml."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from k3lab.diagnosis.catalogue import Signature
-from k3lab.diagnosis.engine import diagnose
-
-
-def _top(tmp_path: Path, text: str) -> str:
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    d = diagnose(tmp_path / "logs")
-    return d.top.cause.id if d.top else ""
-
+from tests.unit.diagnosis.onelog import top_cause as _top
 
 # CANN runtime device_error_proc.cc's extend info (errorStr as it prints it; values made up)
 MTE = ("        The extend info: errcode:(95) errorStr: The DDR address of the MTE instruction is out of range. "

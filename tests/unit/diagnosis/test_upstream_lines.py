@@ -11,19 +11,12 @@ import pytest
 import yaml
 
 from k3lab.diagnosis import catalogue
-from k3lab.diagnosis.engine import diagnose
+from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
 
 BUILT = Path(__file__).resolve().parents[2] / "fixtures" / "upstream_lines"
 CAT = catalogue.load()
 ENTRIES = [(f"{p.stem}:{i}:{e['cause']}", e) for p in sorted(BUILT.glob("*.yaml"))
            for i, e in enumerate(yaml.safe_load(p.read_text()))]
-
-
-def _diagnose(tmp_path: Path, text: str):
-    node = tmp_path / "logs" / "n0"
-    node.mkdir(parents=True)
-    (node / "engine.log").write_text(text)
-    return diagnose(tmp_path / "logs")
 
 
 @pytest.mark.parametrize("entry", [e for _, e in ENTRIES], ids=[i for i, _ in ENTRIES])

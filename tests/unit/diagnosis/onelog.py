@@ -1,0 +1,19 @@
+"""One log on one node, diagnosed: the shape the wording tests share (tmp_path/logs/n0/engine.log)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from k3lab.diagnosis.engine import Diagnosis, diagnose
+
+
+def diagnose_text(tmp_path: Path, text: str) -> Diagnosis:
+    node = tmp_path / "logs" / "n0"
+    node.mkdir(parents=True)
+    (node / "engine.log").write_text(text)
+    return diagnose(tmp_path / "logs")
+
+
+def top_cause(tmp_path: Path, text: str) -> str:
+    """The top cause's id, "" when none is named."""
+    d = diagnose_text(tmp_path, text)
+    return d.top.cause.id if d.top else ""
