@@ -17,3 +17,8 @@ def top_cause(tmp_path: Path, text: str) -> str:
     """The top cause's id, "" when none is named."""
     d = diagnose_text(tmp_path, text)
     return d.top.cause.id if d.top else ""
+
+
+def assert_clean(d: Diagnosis) -> None:
+    """Nothing flagged: no cause and no first error."""
+    assert d.findings == [] and d.first_errors == [], ([f.cause.id for f in d.findings], d.first_errors)

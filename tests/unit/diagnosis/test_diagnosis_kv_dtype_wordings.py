@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from k3lab.diagnosis import catalogue
+from tests.unit.diagnosis.onelog import assert_clean
 from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
 
 CAT = catalogue.load()
@@ -26,8 +27,7 @@ HEALTHY = [
 
 @pytest.mark.parametrize("line", HEALTHY, ids=range(len(HEALTHY)))
 def test_a_start_up_with_memory_for_the_cache_names_no_cause(tmp_path, line):
-    d = _diagnose(tmp_path, line + "\n")
-    assert d.findings == [] and d.first_errors == [], ([f.cause.id for f in d.findings], d.first_errors)
+    assert_clean(_diagnose(tmp_path, line + "\n"))
 
 
 @pytest.mark.parametrize(("cid", "line"), [

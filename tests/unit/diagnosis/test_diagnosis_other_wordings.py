@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from k3lab.diagnosis import catalogue
+from tests.unit.diagnosis.onelog import assert_clean
 from tests.unit.diagnosis.onelog import diagnose_text as _diagnose
 
 CAT = catalogue.load()
@@ -30,8 +31,7 @@ HEALTHY = [
 
 @pytest.mark.parametrize("line", HEALTHY, ids=range(len(HEALTHY)))
 def test_a_healthy_line_names_no_cause_and_no_error(tmp_path, line):
-    d = _diagnose(tmp_path, line + "\n")
-    assert d.findings == [] and d.first_errors == [], ([f.cause.id for f in d.findings], d.first_errors)
+    assert_clean(_diagnose(tmp_path, line + "\n"))
 
 
 def test_a_nccl_warn_about_shared_memory_is_a_note_when_nothing_failed(tmp_path):
