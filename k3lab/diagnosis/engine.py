@@ -261,6 +261,10 @@ def _passes(needles: list[tuple[bytes, list[int]]]) -> list[tuple[bytes | re.Pat
     short: dict[int, list[tuple[bytes, list[int]]]] = {}
     for needle, idx in needles:
         if needle and len(needle) < SHORT_NEEDLE:
+            # a leading space is the commonest byte of a log: the pass would stop at every one of them; the needle
+            # without it is still a literal of every match it stands for (the signature's regex decides the line)
+            bare = needle.lstrip(b" ")
+            needle = bare if len(bare) >= 4 else needle
             short.setdefault(needle[0], []).append((needle, idx))
         else:
             out.append((needle, idx))
