@@ -22,6 +22,11 @@ HEALTHY = [
     "devices: [0, 1, 2, 3]",
     # vLLM's graph capture progress (vllm/v1/worker/gpu_model_runner.py capture_model): an INFO line of a healthy start
     "INFO 05-02 10:00:01 [gpu_model_runner.py:2000] Graph capturing finished in 12 secs, took 0.45 GiB",
+    # MindSpore mindspore/run_check/_check_version.py check_version: the warning of every custom CANN install path
+    "[WARNING] ME(4021:281473041023008,MainProcess):2026-05-02-10:00:01.640.411 [mindspore/run_check/_check_version.py:348]"
+    " Using custom Ascend AI software package (Ascend Data Center Solution) path, package version checking is skipped. "
+    "Please make sure Ascend AI software package (Ascend Data Center Solution) version is supported, you can refer to "
+    "the installation guidelines https://www.mindspore.cn/install",
 ]
 
 
