@@ -59,3 +59,15 @@ def test_a_capture_code_decides_graph_capture_failed(tmp_path):
                                 "function error: c10_npu::acl::AclmdlRIExecuteAsync(model_ri_, stream), error code "
                                 "is 507903\n")
     assert d.top is not None and d.top.cause.id == "graph-capture-failed" and d.top.by_code
+
+
+@pytest.mark.parametrize("line", [
+    # the same driver calls with other return codes (ascend_hal_error.h: 1 DRV_ERROR_NO_DEVICE, 6 out of memory, 88
+    # DRV_ERROR_PERMISSION): not a device held by another process
+    "[ERROR] RUNTIME(4021,python3):2026-05-02-10:00:07.262.154 [driver.cc:65]4021 GetDeviceCount:Call drvGetDevNum, "
+    "drvRetCode=1.",
+    "halGetDeviceInfo get device type version failed , ret:88[FUNC:Init][FILE:config_manager.cpp][LINE:61]",
+    "halMemAlloc failed, drvRetCode=6, size=1073741824",
+])
+def test_another_driver_return_code_is_no_occupied_device(tmp_path, line):
+    assert top_cause(tmp_path, line + "\n") != "npu-device-occupied"
