@@ -71,3 +71,15 @@ def test_a_capture_code_decides_graph_capture_failed(tmp_path):
 ])
 def test_another_driver_return_code_is_no_occupied_device(tmp_path, line):
     assert top_cause(tmp_path, line + "\n") != "npu-device-occupied"
+
+
+@pytest.mark.parametrize("line", [
+    # Mooncake transfer_metadata_plugin.cpp: the handshake listener failing for an address the host lacks (PLOG with
+    # EADDRNOTAVAIL) is no port clash
+    "E0502 10:00:01.123456  4021 transfer_metadata_plugin.cpp:715] SocketHandShakePlugin: bind (port 15428): Cannot "
+    "assign requested address [99]",
+    # an HTTP client's successful request in a wrapper's log: no curl failure
+    "INFO 05-02 10:00:01 [connector.py:10] GET http://10.0.0.9:8080/metadata?key=mooncake 200 OK",
+])
+def test_a_mooncake_line_near_the_new_wordings_names_no_kv_port_or_metadata_cause(tmp_path, line):
+    assert top_cause(tmp_path, line + "\n") not in ("mooncake-kv-port-in-use", "mooncake-metadata-server")
