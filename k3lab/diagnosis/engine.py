@@ -585,12 +585,20 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
     return out
 
 
+# an item of a numbered list of possible reasons or remedies ("...may be due to the following reasons:" then
+# "[87033]5. The TLS switch is inconsistent, ..." in HCCL's socket manager): a guess the component offers, not a
+# statement of what happened
+_LIST_ITEM = re.compile(r"(?:^|[\s\]>|])\d{1,2}\. +[A-Za-z]")
+
+
 def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
     """The causes whose meaning (catalogue.yaml ``meaning``) an error line holds, the earliest line first: another
     project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the first error lines
     and the few error lines after them are read, so it costs nothing on a large log."""
     out: dict[str, Finding] = {}
     for e in _meaning_lines(first, files):
+        if _LIST_ITEM.search(e.text):
+            continue
         line = _with_frame(e, files)
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
