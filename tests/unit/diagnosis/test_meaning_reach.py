@@ -91,6 +91,7 @@ REAL = [
     ("package-version-mismatch", "dev/package-version-mismatch--vllm-ascend-218.log", "module 'torch_npu' has no attribute"),
     ("package-version-mismatch", "dev/package-version-mismatch--atrain-core-10.log", "was removed in the NumPy 2.0 release"),
     ("port-in-use", "heldout8/port-in-use--gpustack-5846.log", "is not available"),
+    ("shm-too-small", "heldout8/shm-too-small--torchtitan-853.log", "Error while creating shared memory segment"),
 ]
 
 
