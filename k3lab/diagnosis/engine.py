@@ -558,12 +558,51 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     return frame.decode("utf-8", "replace").strip() + " " + e.text
 
 
-def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
-    """The causes whose meaning (catalogue.yaml ``meaning``) a first error line holds, the earliest line first: another
-    project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the few first-error lines
-    are read, so it costs nothing on a large log."""
-    out: dict[str, Finding] = {}
+MEANING_LINES = 40  # error lines read for a meaning from a file's first error on
+MEANING_BYTES = 256 << 10  # ...within this many bytes of it
+
+
+def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence]:
+    """The first errors, then the error lines that follow each file's first error, in order: a wrapper's error or a
+    traceback's frames come first, and the line that states the cause (the exception below the frames, the reason
+    a framework prints after its own "failed to start") a few lines later."""
+    out = list(first)
+    seen = {(e.node, e.file, e.at) for e in first}
     for e in first:
+        f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+        if f is None or e.at < 0 or (e.node, e.file, -1) in seen:
+            continue
+        seen.add((e.node, e.file, -1))  # one window per file, from its earliest first error
+        line, last, kept = e.line, e.at, 0
+        for m in _ERROR_LINE.finditer(f.data, e.at, e.at + MEANING_BYTES):
+            start, end = _line_at(f.data, m.start())
+            if (f.node, f.rel, start) in seen or _NOT_ERROR.search(f.data, start, end):
+                continue
+            seen.add((f.node, f.rel, start))
+            line += f.data.count(b"\n", last, start)
+            last = start
+            text = f.data[start:end].decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
+            out.append(Evidence(f.node, f.rel, line, text, e.when, start))
+            kept += 1
+            if kept >= MEANING_LINES:
+                break
+    return out
+
+
+# an item of a numbered list of possible reasons or remedies ("...may be due to the following reasons:" then
+# "[87033]5. The TLS switch is inconsistent, ..." in HCCL's socket manager): a guess the component offers, not a
+# statement of what happened
+_LIST_ITEM = re.compile(r"(?:^|[\s\]>|])\d{1,2}\. +[A-Za-z]")
+
+
+def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
+    """The causes whose meaning (catalogue.yaml ``meaning``) an error line holds, the earliest line first: another
+    project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the first error lines
+    and the few error lines after them are read, so it costs nothing on a large log."""
+    out: dict[str, Finding] = {}
+    for e in _meaning_lines(first, files):
+        if _LIST_ITEM.search(e.text):
+            continue
         line = _with_frame(e, files)
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
