@@ -1,0 +1,36 @@
+"""The fifth pass's signatures (a cause as a wrapper, another engine or runtime words it; built lines in
+tests/fixtures/upstream_lines/sig11-py.yaml) left alone by the lines near them that state another cause or none:
+a divisor that is no tensor-parallel size, a free port looked for, pip's resolver notes, a transformers range.
+"""
+from __future__ import annotations
+
+import pytest
+
+from k3lab.diagnosis import catalogue
+
+CAT = catalogue.load()
+
+# each built from the statement named beside it (not real log lines), with the cause whose signatures must not match
+NEAR = [
+    # verl's config check (trainer batch sizes over the data-parallel world): a batch size, not the model's split
+    ("tp-heads-indivisible", "ValueError: train_batch_size (6) must be divisible by world size (4)"),
+    # LMDeploy pytorch/backends/cuda/token_dispatcher.py: experts over the expert-parallel group (EP, not TP)
+    ("tp-heads-indivisible", "AssertionError: num_experts: 160 must be divisible by ep_size: 3"),
+    # transformers' attention layers: the model's own shape, whatever the parallel size
+    ("tp-heads-indivisible",
+     "ValueError: embed_dim must be divisible by num_heads (got `embed_dim`: 1000 and `num_heads`: 16)."),
+    # vLLM's INFO while it looks for a free port (it moves on)
+    ("port-in-use", "INFO 05-06 10:00:00 [utils.py:512] Port 8000 is already in use, trying port 8001"),
+    # pip's resolver after an install: a mismatched pair (package-version-mismatch's), or a requirement not installed
+    ("transformers-too-old",
+     "vllm 0.6.3 requires transformers>=4.45.0, but you have transformers 4.44.0 which is incompatible."),
+    ("transformers-too-old", "simpletransformers 0.70.0 requires transformers>=4.31.0, which is not installed."),
+    # LMDeploy pytorch/check_env/transformers.py with a release outside a range (too new as well as too old)
+    ("transformers-too-old",
+     "LMDeploy requires transformers>=4.56.0,!=5.0.*,!=5.1.*, but found transformers==5.1.0."),
+]
+
+
+@pytest.mark.parametrize(("cause", "line"), NEAR, ids=range(len(NEAR)))
+def test_a_line_near_a_fifth_pass_wording_matches_no_signature_of_its_cause(cause, line):
+    assert not any(s.regex.search(line.encode()) for s in CAT.get(cause).signatures), (cause, line)
