@@ -28,6 +28,18 @@ NEAR = [
     # LMDeploy pytorch/check_env/transformers.py with a release outside a range (too new as well as too old)
     ("transformers-too-old",
      "LMDeploy requires transformers>=4.56.0,!=5.0.*,!=5.1.*, but found transformers==5.1.0."),
+    # bitsandbytes' loader (vLLM model_loader/bitsandbytes_loader.py): the first sentence alone, a checkpoint's shape
+    ("tp-heads-indivisible", "ValueError: The input size is not aligned with the quantized weight shape."),
+    # TGI's launcher for a shard the kernel's OOM killer stopped (9: SIGKILL), not SIGBUS
+    ("shm-too-small", "ERROR text_generation_launcher: Shard process was signaled to shutdown with signal 9"),
+    # vLLM's INFO on the memory it gave the KV cache
+    ("kv-cache-insufficient", "INFO 05-06 10:00:00 [gpu_worker.py:276] Available KV cache memory: 21.30 GiB"),
+    # Ray's GCS client retrying while the head may still come up (src/ray/rpc/rpc_client.h, its W level)
+    ("ray-not-running",
+     "[2026-05-06 10:00:00,000 W 6578 6578] rpc_client.h:153: Failed to connect to GCS at address 10.0.0.1:6379 "
+     "within 5 seconds."),
+    # a dtype the dispatch does take, named in a note
+    ("dtype-unsupported", "INFO 05-06 10:00:00 [config.py:100] Downcasting torch.float32 to torch.bfloat16."),
 ]
 
 
