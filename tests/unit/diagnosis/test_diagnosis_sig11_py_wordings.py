@@ -40,6 +40,15 @@ NEAR = [
      "within 5 seconds."),
     # a dtype the dispatch does take, named in a note
     ("dtype-unsupported", "INFO 05-06 10:00:00 [config.py:100] Downcasting torch.float32 to torch.bfloat16."),
+    # huggingface_hub's retry warning quoting the same timeout (http_backoff: "'{err}' thrown while requesting ...")
+    ("hf-hub-unreachable",
+     "'(ReadTimeoutError(\"HTTPSConnectionPool(host='cdn-lfs-us-1.hf.co', port=443): Read timed out. (read timeout=10)"
+     "\"), '(Request ID: 1a2b)')' thrown while requesting GET https://huggingface.co/x"),
+    # the Hub answering that a repo is not there (a client error: a wrong name or a gated repo, not an unreachable hub)
+    ("hf-hub-unreachable",
+     "huggingface_hub.errors.HfHubHTTPError: 404 Client Error: Not Found for url: https://huggingface.co/api/models/x/y"),
+    # Ollama's registry reached, the name not there
+    ("hf-hub-unreachable", "Error: pull model manifest: file does not exist"),
 ]
 
 
