@@ -49,6 +49,10 @@ NEAR = [
      "huggingface_hub.errors.HfHubHTTPError: 404 Client Error: Not Found for url: https://huggingface.co/api/models/x/y"),
     # Ollama's registry reached, the name not there
     ("hf-hub-unreachable", "Error: pull model manifest: file does not exist"),
+    # a UI's note that it kept a value (a warning in its own format, not Hydra's raised "Could not override 'k'.")
+    ("cli-argument-unknown", "WARNING Could not override 'Ambient temperature [K]': not a parameter"),
+    # prose about flags (made up), not pflag's "unknown flag: --x"
+    ("cli-argument-unknown", "INFO the flag --max-model-len is known; unknown flags are rejected"),
 ]
 
 
