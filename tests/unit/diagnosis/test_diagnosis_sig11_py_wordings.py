@@ -53,6 +53,9 @@ NEAR = [
     ("cli-argument-unknown", "WARNING Could not override 'Ambient temperature [K]': not a parameter"),
     # prose about flags (made up), not pflag's "unknown flag: --x"
     ("cli-argument-unknown", "INFO the flag --max-model-len is known; unknown flags are rejected"),
+    # a quantisation config that was found, and a method named in an INFO line (made up)
+    ("quantization-config", "INFO 05-06 10:00:00 [modelslim_config.py:880] ModelSlim quantization config found at /m."),
+    ("quantization-config", "INFO 05-06 10:00:00 [config.py:900] Using quantization method ascend (w8a8)."),
 ]
 
 
