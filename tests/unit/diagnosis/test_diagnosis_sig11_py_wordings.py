@@ -56,6 +56,12 @@ NEAR = [
     # a quantisation config that was found, and a method named in an INFO line (made up)
     ("quantization-config", "INFO 05-06 10:00:00 [modelslim_config.py:880] ModelSlim quantization config found at /m."),
     ("quantization-config", "INFO 05-06 10:00:00 [config.py:900] Using quantization method ascend (w8a8)."),
+    # LMDeploy's paged KV blocks (paging/block_manager: MemoryError('No enough free memory blocks.')): device memory
+    ("host-oom", "MemoryError: No enough free memory blocks."),
+    # gunicorn's INFO of the address it listens on
+    ("port-in-use", "[2026-05-06 10:00:00 +0000] [1] [INFO] Listening at: http://0.0.0.0:8000 (1)"),
+    # torchrun's INFO when the rendezvous completes
+    ("dist-init-timeout", "INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers."),
 ]
 
 
