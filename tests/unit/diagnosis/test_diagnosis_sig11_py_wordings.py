@@ -62,6 +62,12 @@ NEAR = [
     ("port-in-use", "[2026-05-06 10:00:00 +0000] [1] [INFO] Listening at: http://0.0.0.0:8000 (1)"),
     # torchrun's INFO when the rendezvous completes
     ("dist-init-timeout", "INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers."),
+    # NCCL's INFO when it makes the segment (nothing failed)
+    ("shm-too-small", "node0:1:2 [0] NCCL INFO Allocated shared memory /dev/shm/nccl-Ab12Cd (size 9637888)"),
+    # another program's serde error on its own config (not tokenizers' wrapper enums)
+    ("transformers-too-old", "Error: data did not match any variant of untagged enum Target at line 7 column 3"),
+    # a local directory named triton shadowing the package: not a release mismatch
+    ("package-version-mismatch", "ImportError: cannot import name 'jit' from 'triton' (unknown location)"),
 ]
 
 
