@@ -68,6 +68,10 @@ NEAR = [
     ("transformers-too-old", "Error: data did not match any variant of untagged enum Target at line 7 column 3"),
     # a local directory named triton shadowing the package: not a release mismatch
     ("package-version-mismatch", "ImportError: cannot import name 'jit' from 'triton' (unknown location)"),
+    # torch_npu's own binding names, which the NPU torch does have (not a CUDA one)
+    ("cuda-path-on-npu", "AttributeError: module 'torch._C' has no attribute '_npu_setDevice'"),
+    # a weight file read whole (the safetensors INFO of a load)
+    ("model-files-missing", "INFO 05-06 10:00:00 [weight_utils.py:400] Loading safetensors checkpoint shards: 100% 4/4"),
 ]
 
 
