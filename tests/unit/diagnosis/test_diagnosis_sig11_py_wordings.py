@@ -21,6 +21,8 @@ NEAR = [
      "ValueError: embed_dim must be divisible by num_heads (got `embed_dim`: 1000 and `num_heads`: 16)."),
     # vLLM's INFO while it looks for a free port (it moves on)
     ("port-in-use", "INFO 05-06 10:00:00 [utils.py:512] Port 8000 is already in use, trying port 8001"),
+    ("port-in-use", "INFO 05-06 10:00:00 [utils.py:512] Port 8000 is in use, trying port 8001"),
+    ("port-in-use", "INFO port 29500 is used for the master's store"),
     # pip's resolver after an install: a mismatched pair (package-version-mismatch's), or a requirement not installed
     ("transformers-too-old",
      "vllm 0.6.3 requires transformers>=4.45.0, but you have transformers 4.44.0 which is incompatible."),
