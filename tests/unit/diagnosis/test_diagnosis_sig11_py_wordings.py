@@ -51,10 +51,6 @@ NEAR = [
      "huggingface_hub.errors.HfHubHTTPError: 404 Client Error: Not Found for url: https://huggingface.co/api/models/x/y"),
     # Ollama's registry reached, the name not there
     ("hf-hub-unreachable", "Error: pull model manifest: file does not exist"),
-    # a UI's note that it kept a value (a warning in its own format, not Hydra's raised "Could not override 'k'.")
-    ("cli-argument-unknown", "WARNING Could not override 'Ambient temperature [K]': not a parameter"),
-    # prose about flags (made up), not pflag's "unknown flag: --x"
-    ("cli-argument-unknown", "INFO the flag --max-model-len is known; unknown flags are rejected"),
     # a quantisation config that was found, and a method named in an INFO line (made up)
     ("quantization-config", "INFO 05-06 10:00:00 [modelslim_config.py:880] ModelSlim quantization config found at /m."),
     ("quantization-config", "INFO 05-06 10:00:00 [config.py:900] Using quantization method ascend (w8a8)."),
@@ -62,18 +58,10 @@ NEAR = [
     ("host-oom", "MemoryError: No enough free memory blocks."),
     # gunicorn's INFO of the address it listens on
     ("port-in-use", "[2026-05-06 10:00:00 +0000] [1] [INFO] Listening at: http://0.0.0.0:8000 (1)"),
-    # torchrun's INFO when the rendezvous completes
-    ("dist-init-timeout", "INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers."),
     # NCCL's INFO when it makes the segment (nothing failed)
     ("shm-too-small", "node0:1:2 [0] NCCL INFO Allocated shared memory /dev/shm/nccl-Ab12Cd (size 9637888)"),
-    # another program's serde error on its own config (not tokenizers' wrapper enums)
-    ("transformers-too-old", "Error: data did not match any variant of untagged enum Target at line 7 column 3"),
     # a local directory named triton shadowing the package: not a release mismatch
     ("package-version-mismatch", "ImportError: cannot import name 'jit' from 'triton' (unknown location)"),
-    # torch_npu's own binding names, which the NPU torch does have (not a CUDA one)
-    ("cuda-path-on-npu", "AttributeError: module 'torch._C' has no attribute '_npu_setDevice'"),
-    # a weight file read whole (the safetensors INFO of a load)
-    ("model-files-missing", "INFO 05-06 10:00:00 [weight_utils.py:400] Loading safetensors checkpoint shards: 100% 4/4"),
 ]
 
 
