@@ -8,6 +8,7 @@ match, under ``tests/fixtures/failure_logs/<id>/`` or the development part of th
 """
 from __future__ import annotations
 
+import heapq
 import re
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -129,9 +130,18 @@ def needles(signatures: list[Signature]) -> list[tuple[bytes, list[int]]]:
         for sub in subs:
             cands.setdefault(sub, set()).add(i)
     left, out = set(range(len(signatures))), []
-    while cands:
-        best = max(cands, key=lambda x: (len(cands[x] & left), len(x), x))
-        covered = cands.pop(best) & left
+    # the greedy's choice, most signatures left covered, then the longer, then the greater substring, kept in a heap
+    # instead of a scan of every candidate per choice (seconds on every load): a candidate's cover only shrinks as
+    # signatures are covered, so a popped key that is still its cover is the maximum; a stale one is keyed again
+    rank = {sub: r for r, sub in enumerate(sorted(cands, reverse=True))}
+    heap = [(-len(idx), -len(sub), rank[sub], sub) for sub, idx in cands.items()]
+    heapq.heapify(heap)
+    while heap:
+        count, length, r, best = heapq.heappop(heap)
+        covered = cands[best] & left
+        if len(covered) < -count:
+            heapq.heappush(heap, (-len(covered), length, r, best))
+            continue
         if len(covered) < 2:
             break
         out.append((best, sorted(covered)))
