@@ -17,15 +17,21 @@ from tests.unit.diagnosis.onelog import assert_clean, diagnose_text
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
 
 
+# a general cause whose own signatures name the special one's wording too (port-in-use's "<Name>Error: Address already
+# in use" takes ZMQError's line): left out with it, or the meaning is never asked
+GENERAL = {"zmq-port-in-use": ("port-in-use",)}
+
+
 @cache
 def _without(cause_id: str) -> catalogue.Catalogue:
     """The catalogue with no signature, exit code or error code for ``cause_id``: its meaning is all that is left."""
+    out = {cause_id, *GENERAL.get(cause_id, ())}
     data = catalogue.load().model_dump()
     for c in data["causes"]:
-        if c["id"] == cause_id:
+        if c["id"] in out:
             c["signatures"], c["exit_codes"] = [{"pattern": "a line no log has, 7f3e9a"}], []
     cat = catalogue.Catalogue.model_validate(data)
-    cat.__dict__["code_signatures"] = [x for x in cat.code_signatures if x[0].id != cause_id]
+    cat.__dict__["code_signatures"] = [x for x in cat.code_signatures if x[0].id not in out]
     return cat
 
 
