@@ -104,3 +104,32 @@ def test_another_vendors_driver_is_no_cann_mismatch(line):
 def test_an_ascend_driver_too_old_still_means_the_mismatch():
     # BUILT: the sentence shape of the group (the Ascend driver named, its version too old for the CANN toolkit)
     assert _means("driver-cann-mismatch", "The driver version is too old for CANN 8.0.RC3, please upgrade the driver")
+
+
+@pytest.mark.parametrize("line", [
+    # real, heldout11 nearai-65 (vLLM's Ray executor)
+    "ValueError: The number of required GPUs exceeds the total number of available GPUs in the cluster.",
+    # BUILT: the same check on a placement group (quoted in a public test suite's notes of a vLLM run)
+    "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+])
+def test_more_devices_than_the_cluster_holds_means_placement_unsatisfiable(line):
+    assert _means("ray-placement-unsatisfiable", line)
+
+
+def test_more_devices_than_visible_without_a_cluster_is_not_placement():
+    # BUILT: a single-host check (no cluster or placement group named) says nothing of Ray's placement
+    assert not _means("ray-placement-unsatisfiable", "The number of required GPUs (8) exceeds the 4 visible devices.")
+
+
+@pytest.mark.parametrize("line", [
+    # real, heldout11 mergekit-175 (torch's dispatch: the CPU kernel has no float16)
+    "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'",
+    # BUILT: torch aten LayerNorm's CPU dispatch of the same macro, AT_DISPATCH's '"%s" not implemented for \\'%s\\''
+    "RuntimeError: \"LayerNormKernelImpl\" not implemented for 'Half'",
+])
+def test_a_kernel_without_the_half_dtype_means_dtype_unsupported(line):
+    assert _means("dtype-unsupported", line)
+
+
+def test_half_as_a_word_is_not_a_dtype():
+    assert not _means("dtype-unsupported", "NotImplementedError: the second half of the pipeline is not implemented")
