@@ -133,3 +133,36 @@ def test_a_kernel_without_the_half_dtype_means_dtype_unsupported(line):
 
 def test_half_as_a_word_is_not_a_dtype():
     assert not _means("dtype-unsupported", "NotImplementedError: the second half of the pipeline is not implemented")
+
+
+@pytest.mark.parametrize("line", [
+    # real, heldout11 mm-eureka-54 (Ray's gcs_rpc_client.h and gcs_client.cc, no head at the address)
+    "[2025-07-23 10:05:49,679 W 51000 51000] gcs_rpc_client.h:151: Failed to connect to GCS at address :6379 within 5 seconds.",
+    "[2025-07-23 10:06:19,681 W 51000 51000] gcs_client.cc:183: Failed to get cluster ID from GCS server: TimedOut: Timed"
+    " out while waiting for GCS to become available.",
+])
+def test_no_gcs_at_the_address_means_ray_not_running(line):
+    assert _means("ray-not-running", line)
+
+
+def test_google_cloud_storage_is_not_rays_gcs():
+    # BUILT: a GCS bucket client's wording (no address, no server): not Ray's head
+    assert not _means("ray-not-running", "ERROR: failed to connect to GCS bucket gs://ckpts: 403 Forbidden")
+
+
+@pytest.mark.parametrize("line", [
+    # real, heldout11 flash-attention-784 (flash-attn built against another torch)
+    "ImportError: /usr/local/lib/python3.10/dist-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined"
+    " symbol: _ZN2at4_ops15sum_IntList_out4callERKNS_6TensorEN3c1016OptionalArrayRefIlEEbSt8optionalINS5_10ScalarTypeEERS2_",
+    # BUILT: torchvision's extension loaded into another torch (the loader's '<lib>.so: undefined symbol: <name>')
+    "OSError: /usr/local/lib/python3.10/dist-packages/torchvision/_C.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev",
+    # BUILT: vLLM's kernels loaded into another torch
+    "ImportError: /opt/venv/lib/python3.10/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN5torch3jit17parseSchemaOrNameERKSs",
+])
+def test_an_extension_missing_a_torch_symbol_means_package_version_mismatch(line):
+    assert _means("package-version-mismatch", line)
+
+
+def test_an_unrelated_librarys_undefined_symbol_is_no_package_mismatch():
+    # BUILT: the dynamic loader on a system library, no torch-ecosystem package named
+    assert not _means("package-version-mismatch", "python: symbol lookup error: /lib/x86_64-linux-gnu/libssl.so.3: undefined symbol: EVP_foo")
