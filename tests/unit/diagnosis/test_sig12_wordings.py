@@ -166,3 +166,13 @@ def test_an_extension_missing_a_torch_symbol_means_package_version_mismatch(line
 def test_an_unrelated_librarys_undefined_symbol_is_no_package_mismatch():
     # BUILT: the dynamic loader on a system library, no torch-ecosystem package named
     assert not _means("package-version-mismatch", "python: symbol lookup error: /lib/x86_64-linux-gnu/libssl.so.3: undefined symbol: EVP_foo")
+
+
+@pytest.mark.parametrize("line", [
+    # real, heldout11 ai-cloud-validation-643 (UCX uct/sm/mm/base/mm_iface.c under OpenMPI, a 64Mi /dev/shm)
+    "mm_iface failed to allocate receive FIFO",
+    # BUILT: the same file's next allocation: ucs_error("failed to create a receive descriptor memory pool for the MM transport")
+    "[1733500000.123456] [node1:4242:0] mm_iface.c:812 UCX ERROR failed to create a receive descriptor memory pool for the MM transport",
+])
+def test_ucx_shared_memory_transport_failing_to_allocate_means_shm_too_small(line):
+    assert _means("shm-too-small", line)
