@@ -342,7 +342,8 @@ def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
 _ERROR_LINE = re.compile(
     rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
-    rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent",
+    rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent"
+    rb"|^panic: |\bpanicked at\b",  # a Go or Rust program's crash (a backend of LocalAI, Ollama, a router)
     re.M)
 # A line its component logs at WARNING level: glog's W, torch's TORCH_WARN ("[rank0]:[W428 05:12:30.77
 # ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
