@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from k3lab.diagnosis import catalogue
 from tests.unit.diagnosis.onelog import assert_clean, diagnose_text, top_cause
+
+CAT = catalogue.load()
 
 
 @pytest.mark.parametrize("line", [
@@ -52,3 +55,17 @@ def test_no_checkpoint_files_raised_as_an_error_is_model_files_missing(tmp_path)
 ])
 def test_near_lines_stay_clean(tmp_path, line):
     assert_clean(diagnose_text(tmp_path, line + "\n"))
+
+
+@pytest.mark.parametrize("line", [
+    # real, heldout12 ollama-8597 (llama.cpp's CUDA backend, ggml-cuda.cu)
+    "ollama[1418]: ggml_backend_cuda_buffer_type_alloc_buffer: allocating 45108.64 MiB on device 0: cudaMalloc failed:"
+    " out of memory",
+    # built from llama.cpp's HIP build of the same statement (ggml-cuda.cu with cudaMalloc mapped to hipMalloc)
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: hipMalloc failed: out of memory",
+])
+def test_a_gpu_out_of_memory_is_not_npu_oom_by_meaning(line):
+    cause = next(c for c in CAT.causes if c.id == "npu-oom")
+    assert not cause.means(line)
+    # the NPU's own words stay read (built from the CANN runtime's rtMalloc reason, without the signature's prefix)
+    assert cause.means("device 0: aclrtMalloc failed: out of memory")
