@@ -8,7 +8,7 @@ the signature changes of #32's second pass and never used to write one: the hone
 misses are known. heldout3/ (``split: heldout3``) is a third, collected in one go from broad searches without
 reading the signatures, after the third pass, to measure only; heldout4/ a fourth, collected during the fourth
 pass by helpers who read neither the catalogue nor the engine; heldout5/ a fifth, the same way during the fifth;
-heldout6/ to heldout10/ the same way, one before each of the sixth session's passes (see the floors below).
+heldout6/ to heldout12/ the same way, one before each pass of the sixth and seventh sessions (see the floors below).
 A case is right when the top cause is the stated one; an unknown log is right when no cause is named and the first error is shown; a healthy log is right when
 nothing is flagged. A wrong cause named with confidence (a root cause, not a symptom such as "an engine died,
 see the lines before it", on an unknown or healthy log or instead of the stated cause) is the worst outcome and
@@ -163,11 +163,23 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # (out of memory at start, unknown) named host-oom and vllm#37133 ('unrecognized arguments: serve ...', unknown)
 # named cli-argument-unknown; heldout10's exo#827 (aiohttp's bind failure, port-in-use) named api-port-in-use.
 # heldout3's cap falls from 9 to 6 (pass 3 stopped naming an MTE line and a CANN module import as causes).
+# Seventh session: two more sealed sets the same way. heldout11 (100 excerpts from 100 threads, six collectors, four
+# dropped before scoring: an excerpt cut before its Gloo line, a manual page whose other revision is in heldout2, a
+# thread two collectors took, whose lines end at a bare socket.timeout) scored after pass 5 (wrappers' and other
+# components' wordings from their source, the meaning layer read further and for 46 of 54 causes): 41/55 = 75%.
+# heldout12 (43 excerpts, five collectors; one dropped, its caret line written by length) after pass 6 (heldout11's
+# misses by meaning): 12/20 = 60%. 0 healthy flagged on either. Both were then read for passes 6 and 7. Known wrong
+# answers now: heldout11's vllm#23192 and #25837 ('Free memory on device ... less than desired' on GPUs, labelled
+# unknown by the collectors' device rule) named npu-oom and open-reid#97 ('Torch not compiled with CUDA enabled' on a
+# CPU host) named cuda-path-on-npu: on the Ascend nodes the kit triages, both are those causes; heldout12's
+# sglang#14747 (an operator missing from libopapi.so, labelled library-missing) named graph-capture-failed, where it
+# shows; ollama#15049 (its only failing line a WARN 'model request too large for system', unknown) is silent.
 @pytest.mark.parametrize("split, top1, known_wrong, known_silent",
                          [("dev", 0.95, 0, 1), ("heldout", 0.84, 2, 0), ("heldout2", 0.78, 0, 0),
                           ("heldout3", 0.47, 6, 1), ("heldout4", 0.66, 2, 4), ("heldout5", 0.97, 0, 0),
                           ("heldout6", 0.87, 1, 0), ("heldout7", 0.87, 1, 0), ("heldout8", 0.97, 0, 0),
-                          ("heldout9", 0.86, 2, 0), ("heldout10", 0.69, 1, 0)])
+                          ("heldout9", 0.86, 2, 0), ("heldout10", 0.78, 1, 0), ("heldout11", 0.86, 3, 0),
+                          ("heldout12", 0.77, 2, 1)])
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
