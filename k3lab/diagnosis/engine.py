@@ -174,6 +174,11 @@ def _line_at(data: bytes, pos: int) -> tuple[int, int]:
     return start, len(data) if end < 0 else end
 
 
+def _line_text(raw: bytes) -> str:
+    """A log line as evidence shows it: decoded, stripped, at most LINE_CHARS."""
+    return raw.decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
+
+
 def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
     """Evidence for the first KEEP distinct lines among ``positions`` (sorted), line numbers counted once."""
     out: list[Evidence] = []
@@ -189,8 +194,7 @@ def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
         when = line_time(raw)
         if when is None:
             when = _time_before(f.data, start)
-        text = raw.decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
-        out.append(Evidence(f.node, f.rel, line, text, when, start))
+        out.append(Evidence(f.node, f.rel, line, _line_text(raw), when, start))
         if len(out) >= KEEP:
             break
     return out
@@ -570,11 +574,12 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
     a framework prints after its own "failed to start") a few lines later."""
     out = list(first)
     seen = {(e.node, e.file, e.at) for e in first}
+    windows: set[tuple[str, str]] = set()  # one window per file, from its earliest first error
     for e in first:
         f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
-        if f is None or e.at < 0 or (e.node, e.file, -1) in seen:
+        if f is None or e.at < 0 or (e.node, e.file) in windows:
             continue
-        seen.add((e.node, e.file, -1))  # one window per file, from its earliest first error
+        windows.add((e.node, e.file))
         line, last, kept = e.line, e.at, 0
         for m in _ERROR_LINE.finditer(f.data, e.at, e.at + MEANING_BYTES):
             start, end = _line_at(f.data, m.start())
@@ -583,8 +588,7 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
             seen.add((f.node, f.rel, start))
             line += f.data.count(b"\n", last, start)
             last = start
-            text = f.data[start:end].decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
-            out.append(Evidence(f.node, f.rel, line, text, e.when, start))
+            out.append(Evidence(f.node, f.rel, line, _line_text(f.data[start:end]), e.when, start))
             kept += 1
             if kept >= MEANING_LINES:
                 break
