@@ -1,6 +1,6 @@
 """From the logs and artefacts of a run to its most likely causes, each with evidence, remedy and source.
 
-Every catalogued signature is searched in every log file (bytes, one scan per needle the signatures share); container exit
+Every catalogued signature is searched in every log file (bytes, on the lines holding its needle: :mod:`scan`); container exit
 codes (``inspect.json``) and failing conformance checks count too. Findings rank as the Ascend cluster
 tools locate a fault: a cause the logs state (out of memory, a port taken, a missing file) ranks above
 the symptoms that follow it (link and collective timeouts, dead engines), and among equals the one seen
@@ -19,11 +19,12 @@ from typing import Any
 
 from k3lab.diagnosis import catalogue as _catalogue
 from k3lab.diagnosis import codes as _codes
+from k3lab.diagnosis import scan as _scan_mod
 from k3lab.diagnosis.catalogue import Catalogue, Cause, Signature
 from k3lab.diagnosis.logs import NO_NODE, Layout, LogFile, check_dir, collect
+from k3lab.diagnosis.scan import line_at as _line_at
 from k3lab.model import runs
 
-MAX_MATCHES = 2000  # per signature and file: a log repeating one error a million times is counted that far
 KEEP = 5  # evidence lines kept per cause
 LINE_CHARS = 400
 _DAY = 86400.0
@@ -168,12 +169,6 @@ class _Hits:
     by_code: bool = False
 
 
-def _line_at(data: bytes, pos: int) -> tuple[int, int]:
-    start = data.rfind(b"\n", 0, pos) + 1
-    end = data.find(b"\n", pos)
-    return start, len(data) if end < 0 else end
-
-
 def _line_text(raw: bytes) -> str:
     """A log line as evidence shows it: decoded, stripped, at most LINE_CHARS."""
     return raw.decode("utf-8", "replace").strip().replace("\r", "")[:LINE_CHARS]
@@ -200,96 +195,16 @@ def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
     return out
 
 
-MAX_CANDIDATES = 200_000  # lines holding one needle in one file that are tried at most
-
-
-class _Seen:
-    """Per signature of one file: matches counted (to MAX_MATCHES) and the first line starts kept; lines before
-    ``floor`` (where the service came up for good) are not counted: what it printed before did not stop it."""
-
-    def __init__(self, floor: int = 0) -> None:
-        self.count: dict[int, int] = {}
-        self.starts: dict[int, list[int]] = {}
-        self.floor = floor
-
-    def add(self, i: int, start: int) -> bool:
-        if start < self.floor:
-            return True
-        n = self.count.get(i, 0)
-        if n >= MAX_MATCHES:
-            return False
-        self.count[i] = n + 1
-        kept = self.starts.setdefault(i, [])
-        if len(kept) < 4 * KEEP:
-            kept.append(start)
-        return True
-
-
-def _scan_needle(data: bytes, needle: bytes | re.Pattern[bytes], sigs: list[tuple[int, Signature]],
-                 seen: _Seen) -> None:
-    """Lines holding ``needle`` tried against each signature that shares it (b"": the whole file, by regex;
-    a pattern: the short needles of :func:`_passes`, any of them)."""
-    if not needle:
-        for i, sig in sigs:
-            for m in sig.regex.finditer(data):
-                if not seen.add(i, _line_at(data, m.start())[0]):
-                    break
-        return
-    pos, tried = _next(data, needle, 0), 0
-    while pos >= 0 and tried < MAX_CANDIDATES:
-        start, end = _line_at(data, pos)
-        for i, sig in sigs:
-            if sig.regex.search(data, start, end):
-                seen.add(i, start)
-        tried += 1
-        pos = _next(data, needle, end)
-
-
-def _next(data: bytes, needle: bytes | re.Pattern[bytes], at: int) -> int:
-    if isinstance(needle, bytes):
-        return data.find(needle, at)
-    m = needle.search(data, at)
-    return m.start() if m else -1
-
-
-# bytes.find on a needle this short barely skips (about 1 GB/s, a pass per needle); short needles that share
-# their first byte are found in one regex pass instead: re factors the shared byte out as its literal prefix
-# (the 100 MB benchmark: six CANN error codes E..... in one pass, not six); up to 16 bytes a needle still joins: 36
-# passes instead of 40 on the catalogue of #32's seventh pass, about 5% less scan time (a 5.8 MB file, best of 5)
-SHORT_NEEDLE = 16
-
-
-def _passes(needles: list[tuple[bytes, list[int]]]) -> list[tuple[bytes | re.Pattern[bytes], list[int]]]:
-    """The catalogue's needles as scan passes: a short needle with others of its first byte joins their
-    alternation (each signature still matches only lines holding its own needle: it is a literal of the match)."""
-    out: list[tuple[bytes | re.Pattern[bytes], list[int]]] = []
-    short: dict[int, list[tuple[bytes, list[int]]]] = {}
-    for needle, idx in needles:
-        if needle and len(needle) < SHORT_NEEDLE:
-            # a leading space is the commonest byte of a log: the pass would stop at every one of them; the needle
-            # without it is still a literal of every match it stands for (the signature's regex decides the line)
-            bare = needle.lstrip(b" ")
-            needle = bare if len(bare) >= 4 else needle
-            short.setdefault(needle[0], []).append((needle, idx))
-        else:
-            out.append((needle, idx))
-    for group in short.values():
-        if len(group) == 1:
-            out.append(group[0])
-        else:
-            out.append((re.compile(b"|".join(re.escape(n) for n, _ in group)), sorted(i for _, idx in group for i in idx)))
-    return out
-
-
 def _scan(f: LogFile, cat: Catalogue, active: set[int], unplaced: list[int] | None = None) -> dict[str, _Hits]:
     """Every active signature over one file, grouped by cause id; the lines of a signature whose context the file lacks
     go to ``unplaced``: no cause, but still a failure line a catalogue entry knows."""
-    seen = _Seen(max(0, _up_at(f.data, 0)))  # a service that came up and stayed up: its earlier lines are no cause
+    seen = _scan_mod.Seen(max(0, _up_at(f.data, 0)), keep=4 * KEEP)
     pairs = cat.signatures
-    for needle, idx in _passes(cat.needles):
-        sigs = [(i, pairs[i][1]) for i in idx if i in active]
-        if sigs:
-            _scan_needle(f.data, needle, sigs, seen)
+    _scan_mod.scan(f.data, cat.needles, lambda i: pairs[i][1], active, seen)
+    for i in [i for i in seen.count if not _in_context(f.data, pairs[i][1])]:
+        del seen.count[i]
+        if unplaced is not None:
+            unplaced += seen.starts[i]
     out: dict[str, _Hits] = {}
     by_cause: dict[str, list[int]] = {}
     for i in [i for i in seen.count if not _in_context(f.data, pairs[i][1])]:
