@@ -62,16 +62,26 @@ def scan(data: bytes, needles: list[tuple[bytes, list[int]]], sig_of: Callable[[
          active: set[int], seen: Seen, one_pass: bool | None = None) -> None:
     """Each active signature over ``data`` (``needles``: the catalogue's, indexes into its signatures); matches go to
     ``seen``. ``one_pass``: None uses RE2 when it is installed; False forces the stdlib scan (the tests' reference)."""
-    by_needle = [(n, [(i, sig_of(i)) for i in idx if i in active]) for n, idx in needles]
-    by_needle = [(n, sigs) for n, sigs in by_needle if sigs]
-    for _, sigs in [x for x in by_needle if not x[0]]:  # no literal: the regex scans the whole file
-        _whole_file(data, sigs, seen)
-    literal = [x for x in by_needle if x[0]]
-    if (re2 is not None if one_pass is None else one_pass) and literal:
+    literal: list[tuple[bytes, Sigs]] = []
+    for needle, sigs in _active(needles, sig_of, active):
+        if needle:
+            literal.append((needle, sigs))
+        else:  # no literal: the regex scans the whole file
+            _whole_file(data, sigs, seen)
+    if not literal:
+        return
+    if re2 is not None if one_pass is None else one_pass:
         _one_pass(data, literal, seen)
         return
     for needle, sigs in _passes([(n, [i for i, _ in s]) for n, s in literal], dict(i for _, s in literal for i in s)):
         _scan_needle(data, needle, sigs, seen)
+
+
+def _active(needles: list[tuple[bytes, list[int]]], sig_of: Callable[[int], Signature],
+            active: set[int]) -> list[tuple[bytes, Sigs]]:
+    """Each needle with its active signatures; a needle none of whose signatures is active is dropped."""
+    out = [(n, [(i, sig_of(i)) for i in idx if i in active]) for n, idx in needles]
+    return [(n, sigs) for n, sigs in out if sigs]
 
 
 def _whole_file(data: bytes, sigs: Sigs, seen: Seen) -> None:
