@@ -73,8 +73,8 @@ def scan(data: bytes, needles: list[tuple[bytes, list[int]]], sig_of: Callable[[
     if re2 is not None if one_pass is None else one_pass:
         _one_pass(data, literal, seen)
         return
-    for needle, sigs in _passes([(n, [i for i, _ in s]) for n, s in literal], dict(i for _, s in literal for i in s)):
-        _scan_needle(data, needle, sigs, seen)
+    for pass_needle, sigs in _passes([(n, [i for i, _ in s]) for n, s in literal], dict(i for _, s in literal for i in s)):
+        _scan_needle(data, pass_needle, sigs, seen)
 
 
 def _active(needles: list[tuple[bytes, list[int]]], sig_of: Callable[[int], Signature],
