@@ -100,6 +100,9 @@ def test_a_line_stating_the_cause_in_other_words_means_it(cause, line):
     # one group only: a symbol that resolved elsewhere, a transfer that worked, memory words without an allocation
     ("driver-cann-mismatch", "/usr/local/lib/python3.10/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"),
     ("driver-cann-mismatch", "INFO loaded /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so"),
+    # vLLM's CUDA ops failing to import on an Ascend start (real, as the corpus holds it, venv renamed "ascend")
+    ("driver-cann-mismatch", "WARNING 09-08 07:48:19 [_custom_ops.py:22] Failed to import from vllm._C with ImportError("
+     "'/envs/ascend/lib/python3.10/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c108ListType3getE')"),
     ("mooncake-connect-failure", "I0101 transfer_engine.cpp:10] KV cache transfer of 42 blocks completed"),
     ("mooncake-connect-failure", "ERROR failed to create shared memory segment /dev/shm/mooncake_seg (open segment)"),
     # a batch's or a segment descriptor's status alone stays unnamed (labelled unknown in the corpus)
