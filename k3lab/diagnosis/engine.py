@@ -512,7 +512,8 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
 
 # an item of a numbered list of possible reasons or remedies ("...may be due to the following reasons:" then
 # "[87033]5. The TLS switch is inconsistent, ..." in HCCL's socket manager): a guess the component offers, not a
-# statement of what happened
+# statement of what happened; the words before the list on the same line still state what failed ("Getting socket
+# times out. Reason: 1. The remote does not initiate a connect request")
 _LIST_ITEM = re.compile(r"(?:^|[\s\]>|])\d{1,2}\. +[A-Za-z]")
 
 
@@ -522,9 +523,8 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
     and the few error lines after them are read, so it costs nothing on a large log."""
     out: dict[str, Finding] = {}
     for e in _meaning_lines(first, files):
-        if _LIST_ITEM.search(e.text):
-            continue
-        line = _with_frame(e, files)
+        item = _LIST_ITEM.search(e.text)
+        line = _with_frame(replace(e, text=e.text[:item.start()]) if item else e, files)
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))

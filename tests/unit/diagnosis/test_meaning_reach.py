@@ -195,3 +195,10 @@ def test_a_reason_line_below_an_error_holds_the_meaning_too():
     # does not read it; the meaning is still there for a component that logs it at error level
     line = _line("heldout7/hccl-buffsize-too-small--vllm-ascend-16835.log", "HCCL_BUFFSIZE_EP is too SMALL")
     assert catalogue.load().get("hccl-buffsize-too-small").means(line)
+
+
+def test_the_words_before_a_list_of_reasons_state_the_failure(tmp_path):
+    # vllm-ascend#5461: "Getting socket times out. Reason: 1. The remote does not initiate ..." on one line: the list
+    # is HCCL's guesses, the head is what happened (a link that timed out)
+    line = _line("dev/hccl-link-timeout--vllm-ascend-5461.log", "Getting socket times out. Reason: 1.")
+    assert _likely(tmp_path, "hccl-link-timeout", line) == ["hccl-link-timeout"]
