@@ -1,0 +1,127 @@
+"""Pass 8 of #32 (s14b): the meaning layer's reach for software causes, each cause's own signatures and codes taken
+out (tests/unit/diagnosis/test_meaning_reach._without), so only a meaning can name it.
+
+Real lines are excerpts of the triage corpus (tests/fixtures/triage_corpus/corpus.yaml names the thread); BUILT lines
+format an upstream statement with made-up values, their source beside them; never called real.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3lab.diagnosis import catalogue
+from tests.unit.diagnosis.onelog import assert_clean, diagnose_text
+from tests.unit.diagnosis.test_meaning_reach import CORPUS, _likely
+
+CAT = catalogue.load()
+
+
+def _cause(cause_id: str) -> catalogue.Cause:
+    return next(c for c in CAT.causes if c.id == cause_id)
+
+
+# real excerpts, read whole: the line that states the cause and the frames above it
+REAL = [
+    ("tp-heads-indivisible", "dev/tp-heads-indivisible--vllm-440.log"),  # AssertionError: 250682 is not divisible by 8
+    ("tp-heads-indivisible", "dev/tp-heads-indivisible--vllm-596.log"),  # ...per node is not divisible by ... tensor parallelism
+    ("tp-heads-indivisible", "heldout9/tp-heads-indivisible--colossalai-3043.log"),  # ColossalAI's divide()
+    ("tp-heads-indivisible", "heldout10/tp-heads-indivisible--vllm-recipes-qwen3-coder-480b.log"),  # fp8 output_size
+    ("port-in-use", "heldout12/port-in-use--llama-cookbook-186.log"),  # [E socket.cpp] ... failed to listen
+    ("port-in-use", "heldout8/port-in-use--lmdeploy-1366.log"),
+    ("port-in-use", "heldout11/port-in-use--pipelinerl-27.log"),  # RuntimeError: The server socket has failed to listen
+    ("model-files-missing", "heldout/model-files-missing--aibrix-834.log"),  # does not appear to have a file named x.py
+    ("model-files-missing", "dev/model-files-missing--chinese-llama-2-7b-43.log"),  # Can't load the configuration of
+    ("model-files-missing", "dev/model-files-missing--omniparser-130.log"),  # config file ... is not a valid JSON file
+    ("model-files-missing", "dev/model-files-missing--vllm-13150.log"),  # No supported config format found in
+    ("quantization-config", "dev/quantization-config--vllm-13612.log"),  # Cannot find the config file for gptq
+    ("trust-remote-code", "heldout7/trust-remote-code--langchain-chatchat-3533.log"),  # resolve_trust_remote_code EOFError
+    ("host-oom", "heldout7/host-oom--vllm-1160.log"),  # (raylet) ... the out of memory issue
+    ("ray-placement-unsatisfiable", "heldout12/ray-placement-unsatisfiable--nemo-rl-89.log"),  # Not enough GPUs available
+]
+
+
+@pytest.mark.parametrize("cause, name", REAL, ids=[f"{c}:{n.split('/')[1][:40]}" for c, n in REAL])
+def test_a_real_excerpt_is_named_by_its_meaning_alone(tmp_path, cause, name):
+    assert _likely(tmp_path, cause, (CORPUS / name).read_text().rstrip("\n"))[0] == cause
+
+
+# another component's wording of the same cause, BUILT from its statement (made-up values)
+BUILT = [
+    ("tp-heads-indivisible", "ValueError: Weight output_partition_size = 576 is not divisible by weight quantization "
+                             "block_n = 128.",
+     "vLLM/SGLang fp8 validate_block_quant_shapes: f'Weight output_partition_size = {n} is not divisible by weight "
+     "quantization block_n = {block_n}.' (confirmed in upstream source)"),
+    ("tp-heads-indivisible", 'File "/usr/lib/python3.10/site-packages/megatron/core/utils.py", line 31, in divide\n'
+                             "    ensure_divisibility(numerator, denominator)\n"
+                             "AssertionError: 5120 is not divisible by 3",
+     "Megatron-style ensure_divisibility: assert numerator % denominator == 0, '{} is not divisible by {}' (confirmed "
+     "in upstream copies of the helper)"),
+    ("port-in-use", "ERROR 2026-01-01 00:00:00 server.py:42] Server failed to bind port 8000 on 0.0.0.0",
+     "a generic server's own words for a bind failure (built; no errno on the line)"),
+    ("model-files-missing", "OSError: Can't load tokenizer for '/models/qwen'. If you were trying to load it from "
+                            "'https://huggingface.co/models', make sure you don't have a local directory with the same "
+                            "name.",
+     "transformers tokenization_utils_base.from_pretrained: raise EnvironmentError(f\"Can't load tokenizer for "
+     "'{name}'. If you were trying to load it from 'https://huggingface.co/models', ...\") (confirmed)"),
+    ("quantization-config", "ValueError: GPTQ checkpoint /models/qwen-gptq: cannot find quantize_config.json",
+     "a GPTQ loader's raise ValueError(f'GPTQ checkpoint {ckpt_path}: cannot find quantize_config.json nor ...') "
+     "(confirmed in public source; the line cut before 'nor')"),
+    ("trust-remote-code", 'File "/opt/conda/lib/python3.11/site-packages/transformers/dynamic_module_utils.py", line '
+                          "764, in resolve_trust_remote_code\n    answer = input(\nEOFError: EOF when reading a line",
+     "transformers dynamic_module_utils.resolve_trust_remote_code: answer = input(... 'Do you wish to run the custom "
+     "code? [y/N] ') (confirmed), stdin closed"),
+    ("ray-placement-unsatisfiable", "ValueError: Total available GPUs 8 is less than total desired GPUs 16",
+     "verl ray_trainer ResourcePoolManager._check_resource_available (confirmed)"),
+    ("kv-cache-insufficient", "llama_init_from_model: failed to initialize the context: failed to allocate buffer for "
+                              "kv cache",
+     "llama.cpp llama-kv-cache.cpp: throw std::runtime_error('failed to allocate buffer for kv cache') (confirmed)"),
+    ("kv-cache-insufficient", "RuntimeError: No enough gpu memory for kv cache.",
+     "LMDeploy pytorch executor _get_num_gpu_blocks: raise RuntimeError('No enough gpu memory for kv cache.') "
+     "(confirmed)"),
+]
+
+
+@pytest.mark.parametrize("cause, text, source", BUILT, ids=[f"{b[0]}:{i}" for i, b in enumerate(BUILT)])
+def test_another_components_wording_is_named_by_meaning(tmp_path, cause, text, source):
+    assert len(source) > 20 and _likely(tmp_path, cause, text)[0] == cause
+
+
+HEALTHY = [  # the concepts on INFO lines healthy start-ups print: the layer never reads them
+    "INFO 05-02 10:00:01 [parallel_state.py:1000] hidden size 4096 is divisible by tp 8, heads per rank 4",
+    "[I socket.cpp:100] [c10d] The server socket has started to listen on [::]:29500.",
+    "INFO 05-02 10:00:01 [config.py:100] Loading the configuration of /models/qwen from config.json",
+    "INFO 05-02 10:00:01 [gptq.py:10] gptq quantize_config.json found, using the Marlin kernel",
+    "(raylet) INFO 05-02 10:00:01 memory monitor: host memory usage 40% of 512 GiB",
+    "INFO Requested 16 GPUs; 16 GPUs available in the cluster.",
+    "llama_kv_cache: CUDA0 KV buffer size = 1024.00 MiB",
+]
+
+
+def test_healthy_lines_with_the_concepts_stay_clean(tmp_path):
+    for i, line in enumerate(HEALTHY):
+        assert_clean(diagnose_text(tmp_path / str(i), line + "\n"))
+
+
+# one group of a new alternative alone, or another errno on the line: the meaning names nothing
+ONE_GROUP = [
+    ("tp-heads-indivisible", "ValueError: 7 is not divisible by 2"),  # no parallel word, no assertion
+    ("tp-heads-indivisible", "AssertionError: global batch size (30) is not divisible by micro batch size (4)"),
+    ("port-in-use", "ERROR failed to listen"),  # no port, address or socket
+    ("port-in-use", "[E socket.cpp:462] [c10d] The server socket has failed to bind to 10.0.0.9:29500 (errno: 99 - "
+                    "Cannot assign requested address)."),  # an address not on the host: not a port taken
+    ("model-files-missing", "ERROR can't load plugin 'foo'"),
+    ("quantization-config", "ERROR gptq kernel launch failed"),
+    ("trust-remote-code", "EOFError: EOF when reading a line"),  # no prompt or frame of transformers' question
+    ("ray-placement-unsatisfiable", "ValueError: Not enough GPUs available on this host"),  # no cluster
+    ("kv-cache-insufficient", "ERROR failed to allocate buffer for activations"),
+]
+
+
+@pytest.mark.parametrize("cause, line", ONE_GROUP, ids=[f"{c}:{i}" for i, (c, _) in enumerate(ONE_GROUP)])
+def test_one_group_alone_names_nothing(cause, line):
+    assert not _cause(cause).means(line)
+
+
+def test_the_fixture_names_real_excerpts_that_exist():
+    assert all((CORPUS / n).exists() for _, n in REAL) and Path(CORPUS / "corpus.yaml").exists()
