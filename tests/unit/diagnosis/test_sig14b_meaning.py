@@ -164,3 +164,19 @@ def test_one_group_alone_names_nothing(cause, line):
 
 def test_the_fixture_names_real_excerpts_that_exist():
     assert all((CORPUS / n).exists() for _, n in REAL) and Path(CORPUS / "corpus.yaml").exists()
+
+
+# asyncio's create_server wording (uvicorn, aiohttp: real, heldout4 vllm-8791) is an HTTP server's: port-in-use's
+# general bind signature leaves it to api-port-in-use, whose signature or meaning names it
+ASYNCIO = "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use"
+
+
+def test_asyncios_bind_failure_is_the_api_port_by_signature_and_by_meaning(tmp_path):
+    port = _cause("port-in-use")
+    assert not any(s.regex.search(ASYNCIO.encode()) for s in port.signatures)
+    assert _likely(tmp_path / "lco", "api-port-in-use", ASYNCIO)[0] == "api-port-in-use"
+    assert diagnose_text(tmp_path / "full", ASYNCIO + "\n").top.cause.id == "api-port-in-use"
+    # another component's bind failure with strerror after it stays port-in-use's (built from MindIE's endpoint
+    # statement the signature's comment quotes)
+    assert any(s.regex.search(b"[endpoint] Socket bind failed, bind_result is -1. Address already in use")
+               for s in port.signatures)
