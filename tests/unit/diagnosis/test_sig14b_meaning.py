@@ -38,6 +38,9 @@ REAL = [
     ("trust-remote-code", "heldout7/trust-remote-code--langchain-chatchat-3533.log"),  # resolve_trust_remote_code EOFError
     ("host-oom", "heldout7/host-oom--vllm-1160.log"),  # (raylet) ... the out of memory issue
     ("ray-placement-unsatisfiable", "heldout12/ray-placement-unsatisfiable--nemo-rl-89.log"),  # Not enough GPUs available
+    ("hf-hub-unreachable", "heldout11/hf-hub-unreachable--comfyui-5695.log"),  # urllib3 create_connection, errno 101
+    ("hf-hub-unreachable", "heldout7/hf-hub-unreachable--deepspeed-mii-427.log"),
+    ("package-version-mismatch", "heldout11/package-version-mismatch--nanosam-7.log"),  # Numpy is not available
 ]
 
 
@@ -100,6 +103,15 @@ BUILT = [
                                 "context_length (131072).",
      "SGLang model_config.py: f'User-specified context_length ({n}) is greater than the derived context_length "
      "({m}). ...' (confirmed)"),
+    ("hf-hub-unreachable", "urllib3.exceptions.NewConnectionError: <urllib3.connection.HTTPSConnection object at "
+                           "0x7f4769a3cc40>: Failed to establish a new connection: [Errno 101] Network is unreachable",
+     "urllib3 connection.py _new_conn: NewConnectionError(self, f'Failed to establish a new connection: {e}') "
+     "(confirmed in public threads)"),
+    ("package-version-mismatch", "UserWarning: Failed to initialize NumPy: _ARRAY_API not found (Triggered internally "
+                                 "at ../torch/csrc/utils/tensor_numpy.cpp:84.)\nImportError: numpy.core.multiarray "
+                                 "failed to import",
+     "torch tensor_numpy.cpp's warning under NumPy 2 (confirmed in public threads), then an extension built for "
+     "NumPy 1.x failing its import_array()"),
     ("model-files-missing", "FileNotFoundError: No safetensors found in /models/qwen",
      "mlx-lm mlx_lm/utils.py load_model ('No safetensors found in {model_path}'), as sig13.yaml has it"),
 ]
@@ -154,6 +166,12 @@ ONE_GROUP = [
     ("model-arch-unsupported", "ERROR unknown model type in /models/x"),
     ("max-model-len-too-large", "ERROR context_length must be set"),
     ("model-files-missing", "ERROR no model files to upload, skipping"),
+    # real, heldout7 vllm-2857 and ray-351 (unknown-labelled): a bare socket with no route, no HTTP client
+    ("hf-hub-unreachable", "OSError: [Errno 101] Network is unreachable"),
+    ("hf-hub-unreachable", "ERROR requests.exceptions.ReadTimeout: HTTPConnectionPool(host='localhost', port=8000)"),
+    # a proxy's httpx client that cannot resolve an engine's service name (built; httpx.ConnectError's gaierror text)
+    ("hf-hub-unreachable", "httpx.ConnectError: [Errno -3] Temporary failure in name resolution"),
+    ("package-version-mismatch", "ERROR GPU is not available"),
 ]
 
 
