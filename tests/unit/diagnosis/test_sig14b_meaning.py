@@ -112,6 +112,12 @@ BUILT = [
                                  "failed to import",
      "torch tensor_numpy.cpp's warning under NumPy 2 (confirmed in public threads), then an extension built for "
      "NumPy 1.x failing its import_array()"),
+    ("model-files-missing", 'Error: model "qwen3:8b" not found, try pulling it first',
+     "Ollama server/routes.go: fmt.Sprintf(\"model %q not found, try pulling it first\", name) (confirmed)"),
+    ("ray-not-running", "2026-01-01 00:00:00,000 ERROR gcs_utils.py:213 -- Failed to connect to GCS. Please check "
+                        "`gcs_server.out` for more details.",
+     "Ray gcs_utils.py: logger.error('Failed to connect to GCS. Please check `gcs_server.out` for more details.') "
+     "(confirmed)"),
     ("model-files-missing", "FileNotFoundError: No safetensors found in /models/qwen",
      "mlx-lm mlx_lm/utils.py load_model ('No safetensors found in {model_path}'), as sig13.yaml has it"),
 ]
@@ -172,6 +178,8 @@ ONE_GROUP = [
     # a proxy's httpx client that cannot resolve an engine's service name (built; httpx.ConnectError's gaierror text)
     ("hf-hub-unreachable", "httpx.ConnectError: [Errno -3] Temporary failure in name resolution"),
     ("package-version-mismatch", "ERROR GPU is not available"),
+    ("model-files-missing", "ERROR model server not found"),  # no pull hint: a host, not a model's files
+    ("ray-not-running", "ERROR gcs_server.out rotated"),
 ]
 
 
