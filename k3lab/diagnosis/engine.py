@@ -310,6 +310,9 @@ _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
 # retrieve segment descriptor" and its E "metadata not found"). A Python exception that states another reason (a
 # ValueError about the model) is not explained by an earlier warning.
+# ...but advice about an event is none: vLLM's model_runner logs at every start with CUDA graphs "CUDA graphs can take
+# additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization`"
+_ADVICE = re.compile(rb"\b[Ii]f\b[^.;!?\n]*(?:" + _EVENT_LINE.pattern + rb")")
 _WARNED_FAILURE = re.compile(_EVENT_LINE.pattern + rb"|\b[Tt]ime ?out\b|\bTimeoutError\b|Connection (?:refused|reset)"
                              rb"|\bhang")
 _EXCEPTION = re.compile(rb"\b[A-Z]\w*(?:Error|Exception):")
@@ -362,7 +365,7 @@ def _error_positions(data: bytes, unplaced: list[int] | None = None) -> tuple[li
         return [p for p in found if p < up], up
     # no error-level line: a line a signature matched without its context (heldout vllm-ascend#2674's MTE address
     # error alone) still failed, else a failure event
-    return found or sorted(set(unplaced or []))[:FIRST_ERRORS] or _line_starts(data, _EVENT_LINE, begin, lambda s, e: True), -1
+    return found or sorted(set(unplaced or []))[:FIRST_ERRORS] or _line_starts(data, _EVENT_LINE, begin, lambda s, e: not _ADVICE.search(data, s, e)), -1
 
 
 def _first_errors(files: list[LogFile], rank, unplaced: list[list[int]] | None = None) -> tuple[list[Evidence], list[str]]:
