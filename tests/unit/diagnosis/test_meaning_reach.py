@@ -202,3 +202,37 @@ def test_the_words_before_a_list_of_reasons_state_the_failure(tmp_path):
     # is HCCL's guesses, the head is what happened (a link that timed out)
     line = _line("dev/hccl-link-timeout--vllm-ascend-5461.log", "Getting socket times out. Reason: 1.")
     assert _likely(tmp_path, "hccl-link-timeout", line) == ["hccl-link-timeout"]
+
+
+def reach(skip: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+    """Leave-cause-out over the corpus: each stated-cause excerpt triaged with its cause's signatures and codes taken
+    out; per cause, how often the first cause named is the label (right), another cause (wrong) or none. The
+    measure of how far triage reaches wordings nobody wrote a signature for (docs/diagnosis.md)."""
+    import shutil
+    import tempfile
+
+    import yaml
+
+    out: dict[str, dict[str, int]] = {}
+    for name, meta in sorted(yaml.safe_load((CORPUS / "corpus.yaml").read_text()).items()):
+        cause = meta["cause"]
+        if cause in ("healthy", "unknown") or name.startswith(skip):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "n0").mkdir()
+            shutil.copy(CORPUS / name, Path(tmp) / "n0" / "engine.log")
+            d = diagnose(tmp, cat=_without(cause))
+        named = [f.cause.id for f in d.findings + d.likely]
+        row = out.setdefault(cause, {"right": 0, "wrong": 0, "none": 0})
+        row["right" if named[:1] == [cause] else "wrong" if named else "none"] += 1
+    return out
+
+
+if __name__ == "__main__":  # PYTHONPATH=. python tests/unit/diagnosis/test_meaning_reach.py [split-to-skip ...]
+    import sys
+
+    rows = reach(tuple(f"{s}/" for s in sys.argv[1:]))
+    for cid, row in rows.items():
+        print(f"{cid:34} right {row['right']:3}  wrong {row['wrong']:2}  none {row['none']:3}")
+    total = {k: sum(r[k] for r in rows.values()) for k in ("right", "wrong", "none")}
+    print(f"leave-cause-out: right {total['right']} / {sum(total.values())}, wrong {total['wrong']}, none {total['none']}")
