@@ -26,6 +26,8 @@ def _named(tmp_path: Path, text: str) -> list[str]:
     ("transformers-too-old", "heldout13/transformers-too-old--hf-mixtral-8x7b-instruct-d96.log"),  # IPython 8 frame
     ("model-files-missing", "heldout13/model-files-missing--llama.cpp-2867.log"),  # llama_file: failed to open
     ("model-files-missing", "heldout13/model-files-missing--triton-core-244.log"),
+    ("quantization-config", "heldout13/quantization-config--llm-compressor-1427.log"),
+    ("model-arch-unsupported", "heldout13/model-arch-unsupported--hf-phi-2-gptq-d6.log"),  # exllamav2, then KeyError
 ])
 def test_a_real_excerpt_names_its_cause(tmp_path, cause, name):
     assert _named(tmp_path, (CORPUS / name).read_text())[:1] == [cause]
@@ -90,6 +92,13 @@ def test_a_loaders_failed_open_for_a_missing_file_is_model_files_missing_by_mean
 def test_near_loader_lines_are_not_model_files_missing(tmp_path, text):
     d = diagnose_text(tmp_path, text)
     assert "model-files-missing" not in [f.cause.id for f in d.findings + d.likely]
+
+
+def test_exllamav2s_unknown_architecture_on_a_load_that_went_on_is_no_cause(tmp_path):
+    # built from exllamav2 config.py's two prints; the load went on as Llama and nothing failed (made-up names)
+    text = (" !! Warning, unknown architecture: MistralForCausalLM\n !! Loading as LlamaForCausalLM\n"
+            "Loading model: /models/mistral-7b-exl2\nModel loaded.\n")
+    assert _named(tmp_path, text) == []
 
 
 @pytest.mark.parametrize("line", [
