@@ -303,8 +303,13 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
 # (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout"), or NCCL's trace of a failed call's return
 # code up its stack ("NCCL INFO transport/shm.cc:551 -> 2", after a WARN that names the failure: pytorch/ci-infra#490)
+# ...and a process the shell reports killed (bash's "Killed" job line), a compiled extension that did not load whatever
+# the level it is logged at (xformers' "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions.", torchvision's
+# "Couldn't load custom C++ ops."), a model Triton's status table shows not loaded ("| UNAVAILABLE: Internal: ...")
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
-                         rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]")
+                         rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]"
+                         rb"|(?m:^[ \t]*Killed[ \t]*$)|: line \d+: +\d+ Killed\b|\|\s*UNAVAILABLE: "
+                         rb"|(?i:(?:can't|cannot|could not|couldn't|unable to|failed to) load (?:custom )?(?:C\+\+|CUDA|native))")
 # The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
 # that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
