@@ -525,6 +525,22 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
 _LIST_ITEM = re.compile(r"(?:^|[\s\]>|])\d{1,2}\. +[A-Za-z]")
 
 
+# a C++ symbol the loader could not resolve, as the Itanium ABI mangles it ("undefined symbol: _ZN2at19Undefined...",
+# "_ZNK3c1017SymbolicShapeMeta..."): read by the namespace it names (at::, c10::, torch:: are torch's own, so an
+# extension built against another torch), and by std::__cxx11:: when it holds one (then the extension and the library
+# differ by the C++ ABI they were built with, which a release mismatch and a broken build alike leave)
+_MANGLED = re.compile(r"undefined symbol: _ZNK?(\d{1,2})([A-Za-z_]\w*)")
+
+
+def _read_symbol(line: str) -> str:
+    m = _MANGLED.search(line)
+    if m is None:
+        return line
+    n, rest = int(m[1]), m[2]
+    abi = " std::__cxx11::" if "__cxx11" in rest else ""
+    return f"{line} ({rest[:n]}::{abi})" if len(rest) > n else line
+
+
 def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
     """The causes whose meaning (catalogue.yaml ``meaning``) an error line holds, the earliest line first: another
     project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the first error lines
@@ -532,7 +548,7 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
     out: dict[str, Finding] = {}
     for e in _meaning_lines(first, files):
         item = _LIST_ITEM.search(e.text)
-        line = _with_frame(replace(e, text=e.text[:item.start()]) if item else e, files)
+        line = _read_symbol(_with_frame(replace(e, text=e.text[:item.start()]) if item else e, files))
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))

@@ -43,3 +43,26 @@ def test_a_gpu_vgpu_quota_oom_is_not_the_npus_hbm(tmp_path):
             "RuntimeError: CUDA error: unrecognized error code\n")
     assert "npu-oom" not in _likely(tmp_path, text)
 
+
+
+def test_an_extension_missing_a_symbol_of_torchs_namespaces_was_built_against_another_torch(tmp_path):
+    # the loader's "undefined symbol" for a torch symbol (c10::RegisterOperators::~RegisterOperators() mangled), as
+    # torchaudio and torchvision issues quote it for a wheel of another torch release (from memory; path made up)
+    text = ("ImportError: /usr/lib/python3/site-packages/ext/_C.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev\n")
+    assert _likely(tmp_path, text)[:1] == ["package-version-mismatch"]
+
+
+def test_a_symbol_that_differs_by_the_cxx11_abi_names_no_release(tmp_path):
+    # the same loader message for a symbol that takes std::__cxx11::basic_string: the extension was built with the other
+    # _GLIBCXX_USE_CXX11_ABI (a wheel of the wrong variant, or built wrong): no release pairing to name (mangled name
+    # of c10::Error::Error(SourceLocation, std::string), path made up)
+    text = ("ImportError: /usr/lib/python3/site-packages/ext/_C.so: undefined symbol: "
+            "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE\n")
+    assert "package-version-mismatch" not in _likely(tmp_path, text)
+
+
+def test_a_symbol_of_another_library_is_not_torchs(tmp_path):
+    # a symbol of abseil (absl::) or of CANN's graph engine (ge::): not an extension built against another torch
+    for sym in ("_ZN4absl12lts_2023080212log_internal10LogMessageD1Ev", "_ZN2ge5Graph9SetInputsERKSt6vectorE"):
+        text = f"ImportError: /usr/lib/python3/site-packages/ext/_C.so: undefined symbol: {sym}\n"
+        assert "package-version-mismatch" not in _likely(tmp_path / sym[:8], text), sym
