@@ -309,7 +309,7 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
                          rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]"
                          rb"|(?m:^[ \t]*Killed[ \t]*$)|: line \d+: +\d+ Killed\b|\|\s*UNAVAILABLE: "
-                         rb"|(?i:(?:can't|cannot|could not|couldn't|unable to|failed to) load (?:custom )?(?:C\+\+|CUDA|native))")
+                         rb"|(?i:(?:can't|cannot|could not|couldn't|unable to|failed to) load (?:custom )?(?:C\+\+|CUDA))")
 # The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
 # that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to

@@ -38,6 +38,9 @@ CLEAN = [
     # vLLM's start-up warning on every vllm-ascend start (an import, not a load of an extension's ops)
     "WARNING 01-01 00:00:00 [_custom_ops.py:21] Failed to import from vllm._C with ImportError('libcuda.so.1: "
     "cannot open shared object file: No such file or directory')\n",
+    # Hadoop's NativeCodeLoader warning on every start without its native library (it falls back; from memory)
+    "WARN util.NativeCodeLoader: Unable to load native-hadoop library for your platform... using builtin-java classes "
+    "where applicable\n",
 ]
 
 
