@@ -303,8 +303,13 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
 # (vllm-ascend#5468: the CANN plog says only "[INFO] ... watchdog timeout"), or NCCL's trace of a failed call's return
 # code up its stack ("NCCL INFO transport/shm.cc:551 -> 2", after a WARN that names the failure: pytorch/ci-infra#490)
+# ...and a process the shell reports killed (bash's "Killed" job line), a compiled extension that did not load whatever
+# the level it is logged at (xformers' "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions.", torchvision's
+# "Couldn't load custom C++ ops."), a model Triton's status table shows not loaded ("| UNAVAILABLE: Internal: ...")
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
-                         rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]")
+                         rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]"
+                         rb"|(?m:^[ \t]*Killed[ \t]*$)|: line \d+: +\d+ Killed\b|\|\s*UNAVAILABLE: "
+                         rb"|(?i:(?:can't|cannot|could not|couldn't|unable to|failed to) load (?:custom )?(?:C\+\+|CUDA))")
 # The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
 # that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
@@ -520,6 +525,22 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
 _LIST_ITEM = re.compile(r"(?:^|[\s\]>|])\d{1,2}\. +[A-Za-z]")
 
 
+# a C++ symbol the loader could not resolve, as the Itanium ABI mangles it ("undefined symbol: _ZN2at19Undefined...",
+# "_ZNK3c1017SymbolicShapeMeta..."): read by the namespace it names (at::, c10::, torch:: are torch's own, so an
+# extension built against another torch), and by std::__cxx11:: when it holds one (then the extension and the library
+# differ by the C++ ABI they were built with, which a release mismatch and a broken build alike leave)
+_MANGLED = re.compile(r"undefined symbol: _ZNK?(\d{1,2})([A-Za-z_]\w*)")
+
+
+def _read_symbol(line: str) -> str:
+    m = _MANGLED.search(line)
+    if m is None:
+        return line
+    n, rest = int(m[1]), m[2]
+    abi = " std::__cxx11::" if "__cxx11" in rest else ""
+    return f"{line} ({rest[:n]}::{abi})" if len(rest) > n else line
+
+
 def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
     """The causes whose meaning (catalogue.yaml ``meaning``) an error line holds, the earliest line first: another
     project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the first error lines
@@ -527,7 +548,7 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
     out: dict[str, Finding] = {}
     for e in _meaning_lines(first, files):
         item = _LIST_ITEM.search(e.text)
-        line = _with_frame(replace(e, text=e.text[:item.start()]) if item else e, files)
+        line = _read_symbol(_with_frame(replace(e, text=e.text[:item.start()]) if item else e, files))
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))
