@@ -174,12 +174,24 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # CPU host) named cuda-path-on-npu: on the Ascend nodes the kit triages, both are those causes; heldout12's
 # sglang#14747 (an operator missing from libopapi.so, labelled library-missing) named graph-capture-failed, where it
 # shows; ollama#15049 (its only failing line a WARN 'model request too large for system', unknown) is silent.
-@pytest.mark.parametrize("split, top1, known_wrong, known_silent",
-                         [("dev", 0.95, 0, 1), ("heldout", 0.84, 2, 0), ("heldout2", 0.78, 0, 0),
-                          ("heldout3", 0.47, 6, 1), ("heldout4", 0.66, 2, 4), ("heldout5", 0.97, 0, 0),
-                          ("heldout6", 0.87, 1, 0), ("heldout7", 0.87, 1, 0), ("heldout8", 0.97, 0, 0),
-                          ("heldout9", 0.86, 2, 0), ("heldout10", 0.78, 1, 0), ("heldout11", 0.86, 3, 0),
-                          ("heldout12", 0.77, 2, 1)])
+# Eighth session: heldout13 (81 excerpts from 81 threads, eight collectors in disjoint scopes, one dropped before
+# scoring: its stored page ends before the exception line) scored once after pass 8 (the meaning layer's reach by
+# leave-cause-out, 334 -> 399 of 518): 19/32 = 59%, and the first healthy log ever flagged: a serverless vLLM
+# worker whose only event-like line was vLLM's INFO advice "If you are running out of memory, consider ..." (now no
+# event). It was then read for pass 9: 30/32. Known wrong answers now: bitsandbytes PR#1615 (no binary for this
+# CUDA, unknown) named library-missing by meaning (its first error is a .so not found), docker model-runner#596 (a
+# host port already bound, unknown) named port-in-use, torchvision#9085 (an op missing on a CPU-only torch,
+# unknown) named package-version-mismatch: each is what its line says; vllm-ascend#12113 (207005 inside ACL graph
+# capture, labelled npu-oom) is named graph-capture-failed, as heldout6/7 label the same lines.
+ACCURACY = [("dev", 0.95, 0, 1), ("heldout", 0.84, 2, 0), ("heldout2", 0.78, 0, 0),
+            ("heldout3", 0.47, 6, 1), ("heldout4", 0.66, 2, 4), ("heldout5", 0.97, 0, 0),
+            ("heldout6", 0.87, 1, 0), ("heldout7", 0.90, 1, 0), ("heldout8", 0.97, 0, 0),
+            ("heldout9", 0.86, 2, 0), ("heldout10", 0.78, 1, 0), ("heldout11", 0.88, 3, 0),
+            ("heldout12", 0.77, 2, 1), ("heldout13", 0.90, 3, 0)]
+SCORED = {a[0] for a in ACCURACY}  # a sealed split not in ACCURACY has not been scored yet: nothing may read it
+
+
+@pytest.mark.parametrize("split, top1, known_wrong, known_silent", ACCURACY)
 def test_accuracy_on_real_logs(split, top1, known_wrong, known_silent):
     outcomes = score(split)
     report = "\n".join(table(split, outcomes))
