@@ -263,7 +263,8 @@ _ERROR_LINE = re.compile(
     rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
     rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent"
-    rb"|^panic: |\bpanicked at\b",  # a Go or Rust program's crash (a backend of LocalAI, Ollama, a router)
+    rb"|^panic: |\bpanicked at\b"  # a Go or Rust program's crash (a backend of LocalAI, Ollama, a router)
+    rb"|^Exception: ",  # Python's line for a bare `raise Exception(...)`: no class prefix for the rule above
     re.M)
 # A line its component logs at WARNING level: glog's W, torch's TORCH_WARN ("[rank0]:[W428 05:12:30.77
 # ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
@@ -297,7 +298,9 @@ _READY = (b"Application startup complete.", b"Uvicorn running on ", b"Starting v
 # (literals found by bytes.find: one regex alternation of them scans ~10 MB/s, too slow for a big log)
 _FATAL = (b"Traceback (most recent call last)", b"EngineDeadError", b" died", b"Segmentation fault", b"core dumped",
           b"Fatal Python error", b"Aborted", b"*** Check failure", b"SIGBUS", b"SIGSEGV", b"SIGKILL", b"SIGABRT",
-          b"Waiting for application shutdown")
+          b"Waiting for application shutdown",
+          # asyncio's create_server bind failure (uvicorn logs it after "Application startup complete.", then exits)
+          b"error while attempting to bind on address")
 _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  # a literal prefix: re's fast search
 # ...unless no line is an error by its level: then a line that reports a failure event whatever its level (a
 # watchdog firing, a wait that timed out, a crash signal) is the closest the log comes to an error
@@ -309,7 +312,14 @@ _FATAL_EXIT = re.compile(rb"exit(?:ed)? (?:with )?(?:code|status)[ :=]*[1-9]")  
 _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus error\b|\bSIG(?:BUS|SEGV|KILL|ABRT)\b"
                          rb"|\b[Oo]ut of memory\b|(?:exited|died|terminated) unexpectedly|NCCL INFO [\w/.]+:\d+ -> [1-9]"
                          rb"|(?m:^[ \t]*Killed[ \t]*$)|: line \d+: +\d+ Killed\b|\|\s*UNAVAILABLE: "
-                         rb"|(?i:(?:can't|cannot|could not|couldn't|unable to|failed to) load (?:custom )?(?:C\+\+|CUDA))")
+                         rb"|(?i:(?:can't|cannot|could not|couldn't|unable to|failed to) load (?:custom )?(?:C\+\+|CUDA))"
+                         # numpy 2's import-time banner for a module built for 1.x; a resolver that found no set of
+                         # releases (uv's "No solution found when resolving dependencies", its pubgrub derivation
+                         # "And because vllm>=0.8.5 depends on torch==2.6.0, we can conclude that ...": a pin or a
+                         # dependency on the line, not prose; poetry's "version solving failed"): printed with no level
+                         rb"|module that was compiled using NumPy 1\.x cannot be run in|No solution found when resolving"
+                         rb"|\b[Bb]ecause\b[^\n]*(?:[<>=!~]=|\bdepends on\b|\bis available\b)[^\n]*\bwe can conclude\b"
+                         rb"|\bversion solving failed\b")
 # The failures a cause only warned about can explain: a wait that timed out or hung, a crash, a dead process, a peer
 # that refused or dropped the connection (Gloo's loopback fallback: "Connection refused, remote=[127.0.0.1]"; a small
 # /dev/shm: SIGBUS), or a component's own error line next to its warning (sglang#4880: Mooncake's W "Failed to
