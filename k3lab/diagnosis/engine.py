@@ -198,13 +198,10 @@ def _evidence(f: LogFile, positions: list[int]) -> list[Evidence]:
 def _scan(f: LogFile, cat: Catalogue, active: set[int], unplaced: list[int] | None = None) -> dict[str, _Hits]:
     """Every active signature over one file, grouped by cause id; the lines of a signature whose context the file lacks
     go to ``unplaced``: no cause, but still a failure line a catalogue entry knows."""
+    # a service that came up and stayed up: its earlier lines are no cause
     seen = _scan_mod.Seen(max(0, _up_at(f.data, 0)), keep=4 * KEEP)
     pairs = cat.signatures
     _scan_mod.scan(f.data, cat.needles, lambda i: pairs[i][1], active, seen)
-    for i in [i for i in seen.count if not _in_context(f.data, pairs[i][1])]:
-        del seen.count[i]
-        if unplaced is not None:
-            unplaced += seen.starts[i]
     out: dict[str, _Hits] = {}
     by_cause: dict[str, list[int]] = {}
     for i in [i for i in seen.count if not _in_context(f.data, pairs[i][1])]:

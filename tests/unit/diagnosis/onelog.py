@@ -22,3 +22,15 @@ def top_cause(tmp_path: Path, text: str) -> str:
 def assert_clean(d: Diagnosis) -> None:
     """Nothing flagged: no cause and no first error."""
     assert d.findings == [] and d.first_errors == [], ([f.cause.id for f in d.findings], d.first_errors)
+
+
+def named(tmp_path: Path, text: str) -> list[str]:
+    """The ids of the causes a signature names, in rank order."""
+    return [f.cause.id for f in diagnose_text(tmp_path, text).findings]
+
+
+def likely_only(tmp_path: Path, text: str) -> list[str]:
+    """The ids of the causes the meaning layer names; no signature may name one."""
+    d = diagnose_text(tmp_path, text)
+    assert d.findings == [], [f.cause.id for f in d.findings]
+    return [f.cause.id for f in d.likely]

@@ -12,13 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.diagnosis.onelog import diagnose_text
+from tests.unit.diagnosis.onelog import named as _named
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
-
-
-def _named(tmp_path: Path, text: str) -> list[str]:
-    d = diagnose_text(tmp_path, text)
-    return [f.cause.id for f in d.findings]
 
 
 @pytest.mark.parametrize("cause, name", [

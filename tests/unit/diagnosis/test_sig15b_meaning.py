@@ -3,13 +3,7 @@ statements (each names its source), and near lines that must name no cause or an
 """
 from __future__ import annotations
 
-from tests.unit.diagnosis.onelog import diagnose_text
-
-
-def _likely(tmp_path, text: str) -> list[str]:
-    d = diagnose_text(tmp_path, text)
-    assert d.findings == [], [f.cause.id for f in d.findings]
-    return [f.cause.id for f in d.likely]
+from tests.unit.diagnosis.onelog import likely_only as _likely
 
 
 def test_a_name_missing_from_a_paired_training_package_is_a_release_mismatch(tmp_path):

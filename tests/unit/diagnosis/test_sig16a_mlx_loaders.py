@@ -13,19 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.unit.diagnosis.onelog import diagnose_text
+from tests.unit.diagnosis.onelog import likely_only as _likely
+from tests.unit.diagnosis.onelog import named as _named
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
-
-
-def _named(tmp_path: Path, text: str) -> list[str]:
-    d = diagnose_text(tmp_path, text)
-    return [f.cause.id for f in d.findings]
-
-
-def _likely(tmp_path: Path, text: str) -> list[str]:
-    d = diagnose_text(tmp_path, text)
-    assert d.findings == [], [f.cause.id for f in d.findings]
-    return [f.cause.id for f in d.likely]
 
 
 @pytest.mark.parametrize("cause, name", [
