@@ -5,10 +5,13 @@ with its source, never called a real log line); healthy lines stay clean; a line
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 from k3lab.diagnosis import catalogue
 from k3lab.diagnosis.engine import FIRST_ERRORS, diagnose
@@ -208,11 +211,6 @@ def reach(skip: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """Leave-cause-out over the corpus: each stated-cause excerpt triaged with its cause's signatures and codes taken
     out; per cause, how often the first cause named is the label (right), another cause (wrong) or none. The
     measure of how far triage reaches wordings nobody wrote a signature for (docs/diagnosis.md)."""
-    import shutil
-    import tempfile
-
-    import yaml
-
     out: dict[str, dict[str, int]] = {}
     for name, meta in sorted(yaml.safe_load((CORPUS / "corpus.yaml").read_text()).items()):
         cause = meta["cause"]

@@ -3,24 +3,24 @@ statements (each names its source), and near lines that must name no cause or an
 """
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.diagnosis.onelog import likely_only as _likely
 
 
-def test_a_name_missing_from_a_paired_training_package_is_a_release_mismatch(tmp_path):
+@pytest.mark.parametrize("text", [
     # quoted from NVIDIA/recsys-examples#200 (megatron-core of another release than the code expects)
-    text = ('  File "/w/examples/hstu/distributed/finalize_model_grads.py", line 5, in <module>\n'
-            "    from megatron.core.distributed.finalize_model_grads import (\n"
-            "ImportError: cannot import name '_get_main_grad_attr' from 'megatron.core.distributed.finalize_model_grads' "
-            "(/usr/lib/python3.10/site-packages/megatron/core/distributed/finalize_model_grads.py)\n")
-    assert _likely(tmp_path, text)[:1] == ["package-version-mismatch"]
-
-
-def test_mindspeed_pair(tmp_path):
+    '  File "/w/examples/hstu/distributed/finalize_model_grads.py", line 5, in <module>\n'
+    "    from megatron.core.distributed.finalize_model_grads import (\n"
+    "ImportError: cannot import name '_get_main_grad_attr' from 'megatron.core.distributed.finalize_model_grads' "
+    "(/usr/lib/python3.10/site-packages/megatron/core/distributed/finalize_model_grads.py)\n",
     # built from MindSpeed-LLM's features_manager import of a MindSpeed feature (a MindSpeed release without it)
-    text = ('  File "/MindSpeed-LLM/mindspeed_llm/features_manager/__init__.py", line 4, in <module>\n'
-            "    from mindspeed.features_manager import (\n"
-            "ImportError: cannot import name 'SomeNewFeature' from 'mindspeed.features_manager' "
-            "(/MindSpeed-LLM/mindspeed/features_manager/__init__.py)\n")
+    '  File "/MindSpeed-LLM/mindspeed_llm/features_manager/__init__.py", line 4, in <module>\n'
+    "    from mindspeed.features_manager import (\n"
+    "ImportError: cannot import name 'SomeNewFeature' from 'mindspeed.features_manager' "
+    "(/MindSpeed-LLM/mindspeed/features_manager/__init__.py)\n",
+], ids=["megatron", "mindspeed"])
+def test_a_name_missing_from_a_paired_training_package_is_a_release_mismatch(tmp_path, text):
     assert _likely(tmp_path, text)[:1] == ["package-version-mismatch"]
 
 
