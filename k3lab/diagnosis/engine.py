@@ -478,6 +478,14 @@ def diagnose(path: str | Path, cat: Catalogue | None = None, versions: dict[str,
 LIKELY = "likely"  # the tier and confidence of a cause read from a first error's meaning, below every signature's
 
 
+# a traceback's frame header as Python prints it (`File "x.py", line 9, in f`, also under a log prefix: vLLM's
+# "ERROR ... [core.py:387]   File ...", a timestamp per line) and as IPython / Jupyter do: IPython >= 8 "File
+# /x/configuration_auto.py:748, in _LazyConfigMapping.__getitem__(self, key)", older "/x/configuration_auto.py in
+# __getitem__(self, key)", each followed by numbered source lines before the exception
+_FRAME = re.compile(rb'(?:^|\s)File (?:"[^"\n]+", line \d+|[^\s"]+:\d+, in )|(?:^|\s)[^\s"]+\.py in [\w.<>]+\(')
+FRAME_LINES = 8  # lines above an exception searched for its frame: IPython prints up to 5 source lines per frame
+
+
 def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     """An exception line read with the traceback's last frame above it (``File ".../transformers/..."``): where it
     was raised is part of what it means (a KeyError inside transformers' config mapping)."""
@@ -487,11 +495,24 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     if f is None or e.at <= 0:
         return e.text
     at = e.at
-    for _ in range(3):  # back to the start of the line 3 above, from the offset the evidence kept
+    for _ in range(FRAME_LINES):  # back to the start of the line FRAME_LINES above, from the offset the evidence kept
         at = f.data.rfind(b"\n", 0, max(0, at - 1)) + 1
-    lines = f.data[at:e.at].split(b"\n")[:3]
-    frame = next((x for x in reversed(lines) if x.lstrip().startswith(b'File "')), b"")
+    lines = f.data[at:e.at].split(b"\n")[:FRAME_LINES]
+    m = next((m for x in reversed(lines) if (m := _FRAME.search(x))), None)
+    frame = m.string[m.start():] if m else b""
     return frame.decode("utf-8", "replace").strip() + " " + e.text
+
+
+def _continued(e: Evidence, files: list[LogFile]) -> str:
+    """The next line of a line that ends in a colon: a statement it continues there (an exception raised with its
+    message on the lines below, NumPy's "ImportError: " then "A module that was compiled using NumPy 1.x cannot be
+    run in"; xformers' "xFormers was built for:" then "PyTorch 2.1.0+cu121 with CUDA 1201 (you have 2.1.0+cu118)")."""
+    f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+    if f is None or e.at < 0 or not e.text.endswith(":"):
+        return ""
+    end = _line_at(f.data, e.at)[1]
+    nxt = f.data[end + 1:end + 1 + LINE_CHARS].split(b"\n", 1)[0]
+    return " " + _line_text(nxt)
 
 
 MEANING_LINES = 40  # error lines read for a meaning from a file's first error on
@@ -556,6 +577,7 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
     for e in _meaning_lines(first, files):
         item = _LIST_ITEM.search(e.text)
         line = _read_symbol(_with_frame(replace(e, text=e.text[:item.start()]) if item else e, files))
+        line += "" if item else _continued(e, files)
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))
