@@ -71,3 +71,22 @@ def test_an_empty_exception_followed_by_an_unrelated_line_names_nothing(tmp_path
 def test_a_healthy_line_ending_in_a_colon_stays_clean(tmp_path):
     assert_clean(diagnose_text(tmp_path, "INFO 05-02 10:00:01 [config.py:1] Versions:\n"
                                          "INFO 05-02 10:00:01 [config.py:1] numpy 2.0.0 compiled using NumPy 1.x\n"))
+
+
+# python -m names the module it was asked to run ("for 'vllm.entrypoints.openai.api_server'"): not a submodule missing,
+# the package itself is (vllm#2236, a real line); BUILT from CPython's runpy._get_module_details ("Error while finding
+# module specification for {!r} ({}: {})") for sglang
+PYTHON_M = [("dev/library-missing--vllm-2236.log", None),
+            (None, "/usr/bin/python3: Error while finding module specification for 'sglang.launch_server' "
+                   "(ModuleNotFoundError: No module named 'sglang')")]
+
+
+@pytest.mark.parametrize("name, text", PYTHON_M, ids=["vllm-2236", "built-sglang"])
+def test_python_m_of_a_package_not_installed_is_a_missing_library(tmp_path, name, text):
+    text = text or next(x for x in (CORPUS / name).read_text().splitlines() if "module specification" in x)
+    assert _likely(tmp_path, "library-missing", text)[:1] == ["library-missing"]
+
+
+def test_a_submodule_of_vllm_missing_is_no_missing_library(tmp_path):
+    assert "library-missing" not in _likely(tmp_path, "library-missing",
+                                            "ModuleNotFoundError: No module named 'vllm._C'")
