@@ -494,6 +494,42 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     return frame.decode("utf-8", "replace").strip() + " " + e.text
 
 
+# a message that goes on past its line: it stops on a comma or on a word no sentence ends with (an article, a
+# preposition, a conjunction, a copula), as Python's multi-line exception messages and terminals that wrap a pasted
+# line leave it ("ValueError: To serve at least one request with the model's max seq len (1048576)," above "22.5 GiB KV
+# cache is needed, ...": kaito#2132), or an exception whose message starts on the next line ("ValueError: " alone, the
+# rest below, as a vLLM user's troubleshooting note quotes it). A line that merely lacks a full stop is whole: most do
+_OPEN_END = re.compile(rb"(?:,|\b(?:the|a|an|of|to|than|and|or|but|is|are|was|were|be|with|for|from|by|that|which)"
+                       rb"|\b[A-Z]\w*(?:Error|Exception):)\s*$")
+CONTINUATION_LINES = 2
+
+
+def _continued(data: bytes, end: int) -> bytes:
+    """The lines that continue the message ending at ``end``: at column 0, with no time, level or error of their own
+    (then they are a line of their own), at most CONTINUATION_LINES, while the message stays open."""
+    out = b""
+    for _ in range(CONTINUATION_LINES):
+        if not _OPEN_END.search(data, max(0, end - 80), end) or end >= len(data):
+            break
+        start, end = _line_at(data, end + 1)
+        raw = data[start:end]
+        # a line of its own: indented (a frame's code), timed, leveled, an error, or one token (an error name)
+        if (not raw[:1].strip() or b" " not in raw.strip() or line_time(raw) is not None or _ERROR_LINE.search(raw)
+                or _NOT_ERROR.search(raw)):
+            break
+        out += b" " + raw.strip()
+    return out
+
+
+def _with_continuation(e: Evidence, files: list[LogFile]) -> Evidence:
+    """An error line with the lines that carry on its message (a traceback's frame is no message: never continued)."""
+    f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+    if f is None or e.at < 0 or 'File "' in e.text:
+        return e
+    more = _continued(f.data, _line_at(f.data, e.at)[1])
+    return replace(e, text=e.text + more.decode("utf-8", "replace")) if more else e
+
+
 MEANING_LINES = 40  # error lines read for a meaning from a file's first error on
 MEANING_BYTES = 256 << 10  # ...within this many bytes of it
 
@@ -554,8 +590,9 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
     and the few error lines after them are read, so it costs nothing on a large log."""
     out: dict[str, Finding] = {}
     for e in _meaning_lines(first, files):
-        item = _LIST_ITEM.search(e.text)
-        line = _read_symbol(_with_frame(replace(e, text=e.text[:item.start()]) if item else e, files))
+        read = _with_continuation(e, files)  # read with its continuation, shown as logged
+        item = _LIST_ITEM.search(read.text)
+        line = _read_symbol(_with_frame(replace(read, text=read.text[:item.start()]) if item else read, files))
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))
