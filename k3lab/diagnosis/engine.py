@@ -259,6 +259,10 @@ def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
 _ERROR_LINE = re.compile(
     rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
+    # the dynamic loader's statement, an error wherever it is printed: quoted on its own line inside a wrapper's
+    # multi-line message (mmengine's "command error: 'Failed to import ...:" above ".../libtorch_npu.so: undefined symbol:
+    # ...", Ascend/pytorch#35), pasted without its ImportError (triton-ascend#328)
+    rb"|\bundefined symbol: "
     rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent"
     rb"|^panic: |\bpanicked at\b"  # a Go or Rust program's crash (a backend of LocalAI, Ollama, a router)
     rb"|^Exception: ",  # Python's line for a bare `raise Exception(...)`: no class prefix for the rule above
