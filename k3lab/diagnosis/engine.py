@@ -525,12 +525,33 @@ def _continued(data: bytes, end: int) -> bytes:
     return out
 
 
+# ...and an exception's message is all the lines below it up to a blank line, indented ones too (Ray's RayActorError:
+# "The actor died unexpectedly ..." then its attributes indented, then "The actor is dead because ... Worker exit
+# detail: Task was killed due to the node running low on memory.", ray#28778), unless a line is one of its own
+_BODY_END = re.compile(rb'^\s*(?:$|File "|Traceback \(|During handling|The above exception)')
+EXCEPTION_BODY_LINES = 8
+
+
+def _exception_body(data: bytes, end: int) -> bytes:
+    out = b""
+    for _ in range(EXCEPTION_BODY_LINES):
+        if end >= len(data):
+            break
+        start, end = _line_at(data, end + 1)
+        raw = data[start:end]
+        if _BODY_END.match(raw) or line_time(raw) is not None or _ERROR_LINE.search(raw) or _NOT_ERROR.search(raw):
+            break
+        out += b" " + raw.strip()
+    return out
+
+
 def _with_continuation(e: Evidence, files: list[LogFile]) -> Evidence:
     """An error line with the lines that carry on its message (a traceback's frame is no message: never continued)."""
     f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
     if f is None or e.at < 0 or 'File "' in e.text:
         return e
-    more = _continued(f.data, _line_at(f.data, e.at)[1])
+    end = _line_at(f.data, e.at)[1]
+    more = _exception_body(f.data, end) if _EXCEPTION.search(e.text.encode()) else _continued(f.data, end)
     return replace(e, text=e.text + more.decode("utf-8", "replace")) if more else e
 
 

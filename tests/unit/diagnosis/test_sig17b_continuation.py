@@ -66,3 +66,19 @@ NEAR = [  # lines that share the words but are whole, or a next line that is a l
 @pytest.mark.parametrize("cause, text", NEAR, ids=["mooncake-3974", "info-below", "frame"])
 def test_a_whole_line_is_not_joined_to_the_next(tmp_path, cause, text):
     assert cause not in _likely(tmp_path, cause, text)
+
+
+def test_an_exceptions_message_below_its_indented_attributes_is_read(tmp_path):
+    # ray#28778 (heldout7/host-oom--ray-28778.log, real): RayActorError's message, its attributes indented, then
+    # "The actor is dead because ... Worker exit detail: Task was killed due to the node running low on memory."
+    text = (CORPUS / "heldout7/host-oom--ray-28778.log").read_text()
+    assert _likely(tmp_path, "host-oom", text)[:1] == ["host-oom"]
+
+
+def test_an_exceptions_message_ends_at_a_blank_line(tmp_path):
+    # the same exception, then a blank line: what follows is no part of its message (here Ray's worker exit detail as
+    # ray#28778 shows it, moved below a blank line: a BUILT log, which would name host-oom if that line were read)
+    text = ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+            "        class_name: MemoryMonitorActor\n\n"
+            "Task was killed due to the node running low on memory.\n")
+    assert "host-oom" not in _likely(tmp_path, "host-oom", text)
