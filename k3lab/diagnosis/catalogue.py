@@ -201,9 +201,15 @@ class Cause(BaseModel):
         return any(all(rx.search(line) for rx in alt) for alt in self.meaning_regexes)
 
 
+# a word's edge: no ASCII letter, digit or underscore beside it. Not \b: Chinese text runs English terms into its own
+# words with no space ("torch-npu==2.7.1导入时报错undefined symbol: ...", triton-ascend#328), and for \b a CJK character
+# is a word character like a letter
+_BEFORE, _AFTER = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
+
+
 def _group(words: list[str]) -> re.Pattern[str]:
     # whole words: "tp" is no part of "http", "hub" none of "github"
-    parts = [(r"\b" if w[0].isalnum() else "") + re.escape(w) + (r"\b" if w[-1].isalnum() else "") for w in words]
+    parts = [(_BEFORE if w[0].isalnum() else "") + re.escape(w) + (_AFTER if w[-1].isalnum() else "") for w in words]
     return re.compile("|".join(parts), re.IGNORECASE)
 
 

@@ -259,6 +259,10 @@ def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
 _ERROR_LINE = re.compile(
     rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
+    # the dynamic loader's statement, an error wherever it is printed: quoted on its own line inside a wrapper's
+    # multi-line message (mmengine's "command error: 'Failed to import ...:" above ".../libtorch_npu.so: undefined symbol:
+    # ...", Ascend/pytorch#35), pasted without its ImportError (triton-ascend#328)
+    rb"|\bundefined symbol: "
     rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent"
     rb"|^panic: |\bpanicked at\b"  # a Go or Rust program's crash (a backend of LocalAI, Ollama, a router)
     rb"|^Exception: ",  # Python's line for a bare `raise Exception(...)`: no class prefix for the rule above
@@ -503,16 +507,61 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     return frame.decode("utf-8", "replace").strip() + " " + e.text
 
 
-def _continued(e: Evidence, files: list[LogFile]) -> str:
-    """The next line of a line that ends in a colon: a statement it continues there (an exception raised with its
-    message on the lines below, NumPy's "ImportError: " then "A module that was compiled using NumPy 1.x cannot be
-    run in"; xformers' "xFormers was built for:" then "PyTorch 2.1.0+cu121 with CUDA 1201 (you have 2.1.0+cu118)")."""
+# a message that goes on past its line: it stops on a comma, a colon (xFormers' "built for:" above its versions) or
+# on a word no sentence ends with (an article, a preposition, a conjunction, a copula), as Python's multi-line exception messages and terminals that wrap a pasted
+# line leave it ("ValueError: To serve at least one request with the model's max seq len (1048576)," above "22.5 GiB KV
+# cache is needed, ...": kaito#2132), or an exception whose message starts on the next line ("ValueError: " alone, the
+# rest below, as a vLLM user's troubleshooting note quotes it). A line that merely lacks a full stop is whole: most do
+_OPEN_END = re.compile(rb"(?:[,:]|\b(?:the|a|an|of|to|than|and|or|but|is|are|was|were|be|with|for|from|by|that|which)"
+                       rb"|\b[A-Z]\w*(?:Error|Exception):)\s*$")
+CONTINUATION_LINES = 2
+
+
+def _continued(data: bytes, end: int) -> bytes:
+    """The lines that continue the message ending at ``end``: at column 0, with no time, level or error of their own
+    (then they are a line of their own), at most CONTINUATION_LINES, while the message stays open."""
+    out = b""
+    for _ in range(CONTINUATION_LINES):
+        if not _OPEN_END.search(data, max(0, end - 80), end) or end >= len(data):
+            break
+        start, end = _line_at(data, end + 1)
+        raw = data[start:end]
+        # a line of its own: indented (a frame's code), timed, leveled, an error, or one token (an error name)
+        if (not raw[:1].strip() or b" " not in raw.strip() or line_time(raw) is not None or _ERROR_LINE.search(raw)
+                or _NOT_ERROR.search(raw)):
+            break
+        out += b" " + raw.strip()
+    return out
+
+
+# ...and an exception's message is all the lines below it up to a blank line, indented ones too (Ray's RayActorError:
+# "The actor died unexpectedly ..." then its attributes indented, then "The actor is dead because ... Worker exit
+# detail: Task was killed due to the node running low on memory.", ray#28778), unless a line is one of its own
+_BODY_END = re.compile(rb'^\s*(?:$|File "|Traceback \(|During handling|The above exception)')
+EXCEPTION_BODY_LINES = 8
+
+
+def _exception_body(data: bytes, end: int) -> bytes:
+    out = b""
+    for _ in range(EXCEPTION_BODY_LINES):
+        if end >= len(data):
+            break
+        start, end = _line_at(data, end + 1)
+        raw = data[start:end]
+        if _BODY_END.match(raw) or line_time(raw) is not None or _ERROR_LINE.search(raw) or _NOT_ERROR.search(raw):
+            break
+        out += b" " + raw.strip()
+    return out
+
+
+def _with_continuation(e: Evidence, files: list[LogFile]) -> Evidence:
+    """An error line with the lines that carry on its message (a traceback's frame is no message: never continued)."""
     f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
-    if f is None or e.at < 0 or not e.text.endswith(":"):
-        return ""
+    if f is None or e.at < 0 or 'File "' in e.text:
+        return e
     end = _line_at(f.data, e.at)[1]
-    nxt = f.data[end + 1:end + 1 + LINE_CHARS].split(b"\n", 1)[0]
-    return " " + _line_text(nxt)
+    more = _exception_body(f.data, end) if _EXCEPTION.search(e.text.encode()) else _continued(f.data, end)
+    return replace(e, text=e.text + more.decode("utf-8", "replace")) if more else e
 
 
 MEANING_LINES = 40  # error lines read for a meaning from a file's first error on
@@ -575,9 +624,9 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
     and the few error lines after them are read, so it costs nothing on a large log."""
     out: dict[str, Finding] = {}
     for e in _meaning_lines(first, files):
-        item = _LIST_ITEM.search(e.text)
-        line = _read_symbol(_with_frame(replace(e, text=e.text[:item.start()]) if item else e, files))
-        line += "" if item else _continued(e, files)
+        read = _with_continuation(e, files)  # read with its continuation, shown as logged
+        item = _LIST_ITEM.search(read.text)
+        line = _read_symbol(_with_frame(replace(read, text=read.text[:item.start()]) if item else read, files))
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))
