@@ -257,7 +257,7 @@ def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
 # An error as the components print one, whatever its cause: a log level, a glog E/F line, a Python exception
 # line, a CANN/HCCL error code (EI0006, EL0001, EZ9999), a vllm-ascend/MindIE ERRnnnnn, "failed", a crash.
 _ERROR_LINE = re.compile(
-    rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?:^|\s)[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
+    rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?<![^\s])[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
     # the dynamic loader's statement, an error wherever it is printed: quoted on its own line inside a wrapper's
     # multi-line message (mmengine's "command error: 'Failed to import ...:" above ".../libtorch_npu.so: undefined symbol:
@@ -273,13 +273,13 @@ _ERROR_LINE = re.compile(
 # InitializeAscendCL] CANN version mismatch. The build version is 0.0.0, ..." (printed at every start of a build that
 # recorded no CANN version: FastDeploy#2162, Paddle-Lite#10678), Python's warnings ("UserWarning: "), torch_npu's
 # import-time prints ("Warning : CANN package version ... do not match", utils/npu_intercept.py)
-_WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?:^|\s)W\d{4} \d\d:\d\d:\d\d|\[WARNING\]"
+_WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?<![^\s])W\d{4} \d\d:\d\d:\d\d|\[WARNING\]"
                   rb"|\[W(?:\d{3,4} [\d:.]+)? [\w.-]+\.\w+:\d+\]|\[W {1,2}\d{1,2}/ ?\d{1,2} +\d{1,2}: ?\d{1,2}: ?\d"
                   rb"|\b\w*Warning ?: ")
 _WARNING = re.compile(_WARNING_LEVEL)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
 # from vllm._C" is a warning every vllm-ascend start prints)
-_NOT_ERROR = re.compile(rb"\b(?:INFO|DEBUG)\b|(?:^|\s)I\d{4} \d\d:\d\d:\d\d|\[(?:INFO|DEBUG)\]|can be (?:safely )?ignored|"
+_NOT_ERROR = re.compile(rb"\b(?:INFO|DEBUG)\b|(?<![^\s])I\d{4} \d\d:\d\d:\d\d|\[(?:INFO|DEBUG)\]|can be (?:safely )?ignored|"
                         + _WARNING_LEVEL)
 # ...nor is an error message the log announced as harmless: vLLM's and SGLang's Triton decode-attention kernels
 # print "The following error message 'operation scheduled before its operands' can be ignored." before Triton's

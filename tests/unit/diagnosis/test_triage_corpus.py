@@ -190,8 +190,13 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # architecture', labelled unknown by their collector) named model-arch-unsupported, which is what the line says;
 # text-generation-webui#3996 (its Gradio server's bind, labelled api-port-in-use) named port-in-use: the same
 # werkzeug/http.server frames are heldout10's port-in-use.
+# Pass 17b read glog's level letter on its own line (an I or W line below another was seen as an error, an E line as
+# the line above it): heldout4's Mooncake#1207 (ten glog W lines 'Failed to register memory', no error line) is now
+# what a warning-only log is, silent (18/26 -> 17/26: floor 0.66 -> 0.65, silent cap 4 -> 5), and heldout3's
+# checkpoint-engine#1 shows its E lines as first errors instead of naming npu-network-port-down from the W line
+# 'port not active' (5/8 -> 4/8, above its floor).
 ACCURACY = [("dev", 0.95, 0, 1), ("heldout", 0.84, 2, 0), ("heldout2", 0.78, 0, 0),
-            ("heldout3", 0.47, 6, 1), ("heldout4", 0.66, 2, 4), ("heldout5", 0.97, 0, 0),
+            ("heldout3", 0.47, 6, 1), ("heldout4", 0.65, 2, 5), ("heldout5", 0.97, 0, 0),
             ("heldout6", 0.87, 1, 0), ("heldout7", 0.90, 1, 0), ("heldout8", 0.97, 0, 0),
             ("heldout9", 0.86, 2, 0), ("heldout10", 0.78, 1, 0), ("heldout11", 0.88, 3, 0),
             ("heldout12", 0.77, 2, 1), ("heldout13", 0.90, 3, 0), ("heldout14", 0.82, 3, 0)]
