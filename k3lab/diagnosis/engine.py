@@ -254,10 +254,16 @@ def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
     return out
 
 
+# A Python exception's line: its class, then a colon. A builtin or a capitalised class ("ValueError: "), or a class
+# named under its module's dotted path whatever its case, as Python prints an exception outside builtins: a pybind11
+# binding's ("nixl._bindings.nixlNotFoundError: NIXL_ERR_NOT_FOUND", dynamo#1519), the socket module's
+# ("socket.gaierror: [Errno -2] Name or service not known": the standard library's two lower-case "error" classes; any
+# other "x.on_error:" is a setting's name)
+_EXCEPTION_NAME = rb"\b[A-Z]\w*(?:Error|Exception):|\b[a-z_]\w*(?:\.\w+)*\.(?:[a-z]\w*(?:Error|Exception)|gaierror|herror):"
 # An error as the components print one, whatever its cause: a log level, a glog E/F line, a Python exception
 # line, a CANN/HCCL error code (EI0006, EL0001, EZ9999), a vllm-ascend/MindIE ERRnnnnn, "failed", a crash.
 _ERROR_LINE = re.compile(
-    rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?<![^\s])[EF]\d{4} \d\d:\d\d:\d\d|\b[A-Z]\w*(?:Error|Exception):"
+    rb"\b(?:ERROR|CRITICAL|FATAL)\b|(?<![^\s])[EF]\d{4} \d\d:\d\d:\d\d|" + _EXCEPTION_NAME +
     rb"|\bE[A-Z]\d{4}\b|\bERR\d{5}\b|\b(?:[Ee]rror|[Ff]ail(?:ed|ure)?)\b|\bcannot open shared object"
     # the dynamic loader's statement, an error wherever it is printed: quoted on its own line inside a wrapper's
     # multi-line message (mmengine's "command error: 'Failed to import ...:" above ".../libtorch_npu.so: undefined symbol:
@@ -331,7 +337,7 @@ _EVENT_LINE = re.compile(rb"watchdog timeout|\btimed out\b|\bcore dumped\b|\bBus
 _ADVICE = re.compile(rb"\b[Ii]f\b[^.;!?\n]*(?:" + _EVENT_LINE.pattern + rb")")
 _WARNED_FAILURE = re.compile(_EVENT_LINE.pattern + rb"|\b[Tt]ime ?out\b|\bTimeoutError\b|Connection (?:refused|reset)"
                              rb"|\bhang")
-_EXCEPTION = re.compile(rb"\b[A-Z]\w*(?:Error|Exception):")
+_EXCEPTION = re.compile(_EXCEPTION_NAME + rb"|^Exception: ", re.M)  # and a bare `raise Exception(...)`, as _ERROR_LINE
 FIRST_ERRORS = 3
 FIRST_ERROR_BYTES = 8 << 20  # of each file's end: the generic error regex is slow, and a failure ends a log
 
@@ -513,7 +519,7 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
 # cache is needed, ...": kaito#2132), or an exception whose message starts on the next line ("ValueError: " alone, the
 # rest below, as a vLLM user's troubleshooting note quotes it). A line that merely lacks a full stop is whole: most do
 _OPEN_END = re.compile(rb"(?:[,:]|\b(?:the|a|an|of|to|than|and|or|but|is|are|was|were|be|with|for|from|by|that|which)"
-                       rb"|\b[A-Z]\w*(?:Error|Exception):)\s*$")
+                       rb"|" + _EXCEPTION_NAME + rb")\s*$")
 CONTINUATION_LINES = 2
 
 
@@ -618,6 +624,12 @@ def _read_symbol(line: str) -> str:
     return f"{line} ({rest[:n]}::{abi})" if len(rest) > n else line
 
 
+# a Python mapping's repr inside a message ("current_node_resource={'accelerator_type:T4': 1.0, 'memory': 1.9e11,
+# 'CPU': 112.0}", Ray's resources in vLLM's ray_utils; a config dict a wrapper dumps): its keys are data, not the
+# message's words ("memory" and "node" there state no host OOM, vllm#29265); to the end when the line was cut inside it
+_MAPPING_REPR = re.compile(r"\{'[^'{}\n]{1,80}': [^{}\n]*(?:\}|$)")
+
+
 def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list[Finding]:
     """The causes whose meaning (catalogue.yaml ``meaning``) an error line holds, the earliest line first: another
     project's wording of a cause the catalogue has (a wrapper's, a serving framework's). Only the first error lines
@@ -627,6 +639,7 @@ def _likely(cat: Catalogue, first: list[Evidence], files: list[LogFile]) -> list
         read = _with_continuation(e, files)  # read with its continuation, shown as logged
         item = _LIST_ITEM.search(read.text)
         line = _read_symbol(_with_frame(replace(read, text=read.text[:item.start()]) if item else read, files))
+        line = _MAPPING_REPR.sub("{...}", line)
         for cause in cat.causes:
             if cause.meaning and cause.means(line):
                 f = out.setdefault(cause.id, Finding(cause))
