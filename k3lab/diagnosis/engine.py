@@ -530,11 +530,14 @@ def _continued(data: bytes, end: int) -> bytes:
     for _ in range(CONTINUATION_LINES):
         if not _OPEN_END.search(data, max(0, end - 80), end) or end >= len(data):
             break
+        colon = data[max(0, end - 8):end].rstrip().endswith(b":")
         start, end = _line_at(data, end + 1)
         raw = data[start:end]
-        # a line of its own: indented (a frame's code), timed, leveled, an error, or one token (an error name)
-        if (not raw[:1].strip() or b" " not in raw.strip() or line_time(raw) is not None or _ERROR_LINE.search(raw)
-                or _NOT_ERROR.search(raw)):
+        # a line of its own: indented (a frame's code; but after a colon, the items it announces: xFormers' "xFormers
+        # was built for:" above "    PyTorch 2.1.0+cu121 with CUDA 1201 (you have 2.1.0+cu118)", xformers#800),
+        # timed, leveled, an error, or one token (an error name)
+        if ((not raw[:1].strip() and (not colon or _BODY_END.match(raw))) or b" " not in raw.strip()
+                or line_time(raw) is not None or _ERROR_LINE.search(raw) or _NOT_ERROR.search(raw)):
             break
         out += b" " + raw.strip()
     return out
