@@ -203,12 +203,16 @@ def test_every_excerpt_is_sourced_labelled_and_in_its_fixed_split():
 # continued messages, exception bodies; glog's level letter on its own line): 10/18 = 56% on stated causes, 13/13
 # healthy clean, 21/29 unknown shown as first errors, 1 failed log silent (dynamo#1519: NIXL_ERR_NOT_FOUND in
 # frames with no error line of its own).
+# heldout16 (36 excerpts from 36 threads; five collectors brought 37, the same scope, one dropped before scoring: a
+# thread heldout15 already holds) scored once after pass 18 (heldout15's misses): 5/7 = 71% on stated causes, 1 of 11
+# healthy flagged (sglang#3792's "Ignore import error when loading ...", a line that ignores an error), 14/18
+# unknown as first errors, 1 failed log silent (gpustack#5509: a `ray status` block, no error line).
 ACCURACY = [("dev", 0.95, 0, 1), ("heldout", 0.84, 2, 0), ("heldout2", 0.78, 0, 0),
             ("heldout3", 0.47, 6, 1), ("heldout4", 0.65, 2, 5), ("heldout5", 0.97, 0, 0),
             ("heldout6", 0.87, 1, 0), ("heldout7", 0.90, 1, 0), ("heldout8", 0.97, 0, 0),
             ("heldout9", 0.86, 2, 0), ("heldout10", 0.78, 1, 0), ("heldout11", 0.88, 3, 0),
             ("heldout12", 0.77, 2, 1), ("heldout13", 0.90, 3, 0), ("heldout14", 0.82, 3, 0),
-            ("heldout15", 0.55, 8, 1)]
+            ("heldout15", 0.55, 8, 1), ("heldout16", 0.71, 6, 1)]
 SCORED = {a[0] for a in ACCURACY}  # a sealed split not in ACCURACY has not been scored yet: nothing may read it
 
 
