@@ -108,8 +108,9 @@ class Finding:
 
     @property
     def warning_only(self) -> bool:
-        """Every line shown is a warning: what healthy start-ups print too, no cause unless something failed."""
-        return bool(self.evidence) and all(e.line and _WARNING.search(e.text.encode()) for e in self.evidence)
+        """Every line shown is a warning (or says its error was ignored, as a warning would): what healthy start-ups
+        print too, no cause unless something failed."""
+        return bool(self.evidence) and all(e.line and _WARNED.search(e.text.encode()) for e in self.evidence)
 
     def as_dict(self) -> dict[str, Any]:
         c = self.cause
@@ -284,9 +285,14 @@ _WARNING_LEVEL = (rb"\b(?:WARNING|WARN)\b|(?<![^\s])W\d{4} \d\d:\d\d:\d\d|\[WARN
                   rb"|\b\w*Warning ?: ")
 _WARNING = re.compile(_WARNING_LEVEL)
 # a line its own component logs at INFO or WARNING level is no error, whatever it says ("Failed to import
-# from vllm._C" is a warning every vllm-ascend start prints)
+# from vllm._C" is a warning every vllm-ascend start prints), nor is a line that says it ignores an error: SGLang's
+# model registry prints "Ignore import error when loading sglang.srt.models.X: ..." with no level at every start of a
+# build whose transformers lacks one optional model (sglang#3792, and its CI logs), as other tools say "..., ignoring
+# error" (#32 pass 19)
+_IGNORED_ERROR = rb"\b[Ii]gnor(?:e|es|ed|ing)\b(?: [\w.-]+){0,2} (?:error|exception)s?\b"
+_WARNED = re.compile(_WARNING_LEVEL + b"|" + _IGNORED_ERROR)
 _NOT_ERROR = re.compile(rb"\b(?:INFO|DEBUG)\b|(?<![^\s])I\d{4} \d\d:\d\d:\d\d|\[(?:INFO|DEBUG)\]|can be (?:safely )?ignored|"
-                        + _WARNING_LEVEL)
+                        + _IGNORED_ERROR + b"|" + _WARNING_LEVEL)
 # ...nor is an error message the log announced as harmless: vLLM's and SGLang's Triton decode-attention kernels
 # print "The following error message 'operation scheduled before its operands' can be ignored." before Triton's
 # own "loc(...): error: operation scheduled before its operands" (vllm#14447, sglang#4058)
