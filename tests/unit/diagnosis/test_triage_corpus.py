@@ -34,7 +34,7 @@ from k3lab.diagnosis.engine import LIKELY, diagnose
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
 INDEX: dict[str, dict[str, str]] = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
-SEALED = ("heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14", "heldout15", "heldout16")
+SEALED = ("heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "heldout14", "heldout15", "heldout16", "heldout17")
 
 
 @dataclass
