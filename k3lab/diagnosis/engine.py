@@ -261,6 +261,9 @@ def _check_hits(rows: list[runs.ResultRow], cause: Cause) -> list[_Hits]:
 # ("socket.gaierror: [Errno -2] Name or service not known": the standard library's two lower-case "error" classes; any
 # other "x.on_error:" is a setting's name)
 _EXCEPTION_NAME = rb"\b[A-Z]\w*(?:Error|Exception):|\b[a-z_]\w*(?:\.\w+)*\.(?:[a-z]\w*(?:Error|Exception)|gaierror|herror):"
+# ...and an exception raised with no message: Python's last traceback line is then its class alone, at the start of
+# the line or after a rank's or a worker's prefix ("[rank0]: NotImplementedError", HabanaAI/vllm-fork#1557)
+_BARE_RAISE = rb"|(?:^|(?<=\n)|(?<=: )|(?<=\] ))[A-Z]\w*(?:Error|Exception)[ \t]*(?=\r?\n|\Z)"
 # An error as the components print one, whatever its cause: a log level, a glog E/F line, a Python exception
 # line, a CANN/HCCL error code (EI0006, EL0001, EZ9999), a vllm-ascend/MindIE ERRnnnnn, "failed", a crash.
 _ERROR_LINE = re.compile(
@@ -272,7 +275,8 @@ _ERROR_LINE = re.compile(
     rb"|\bundefined symbol: "
     rb"|Segmentation fault|core dumped|Aborted|Fatal Python error|\*\*\* Check failure|^Traceback \(most recent"
     rb"|^panic: |\bpanicked at\b"  # a Go or Rust program's crash (a backend of LocalAI, Ollama, a router)
-    rb"|^Exception: ",  # Python's line for a bare `raise Exception(...)`: no class prefix for the rule above
+    rb"|^Exception: "  # Python's line for a bare `raise Exception(...)`: no class prefix for the rule above
+    + _BARE_RAISE,
     re.M)
 # A line its component logs at WARNING level: glog's W, torch's TORCH_WARN ("[rank0]:[W428 05:12:30.77
 # ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname ...", older torch "[W socket.cpp:663] [c10d] ...", as
