@@ -524,10 +524,11 @@ def _with_frame(e: Evidence, files: list[LogFile]) -> str:
 
 
 # a message that goes on past its line: it stops on a comma, a colon (xFormers' "built for:" above its versions) or
-# on a word no sentence ends with (an article, a preposition, a conjunction, a copula), as Python's multi-line exception messages and terminals that wrap a pasted
-# line leave it ("ValueError: To serve at least one request with the model's max seq len (1048576)," above "22.5 GiB KV
-# cache is needed, ...": kaito#2132), or an exception whose message starts on the next line ("ValueError: " alone, the
-# rest below, as a vLLM user's troubleshooting note quotes it). A line that merely lacks a full stop is whole: most do
+# on a word no sentence ends with (an article, a preposition, a conjunction, a copula), as Python's multi-line
+# exception messages and terminals that wrap a pasted line leave it ("ValueError: To serve at least one request with
+# the model's max seq len (1048576)," above "22.5 GiB KV cache is needed, ...": kaito#2132), or an exception whose
+# message starts on the next line ("ValueError: " alone, the rest below, as a vLLM user's troubleshooting note quotes
+# it). A line that merely lacks a full stop is whole: most do
 _OPEN_END = re.compile(rb"(?:[,:]|\b(?:the|a|an|of|to|than|and|or|but|is|are|was|were|be|with|for|from|by|that|which)"
                        rb"|" + _EXCEPTION_NAME + rb")\s*$")
 CONTINUATION_LINES = 2
