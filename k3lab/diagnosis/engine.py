@@ -506,12 +506,17 @@ _FRAME = re.compile(rb'(?:^|\s)File (?:"[^"\n]+", line \d+|[^\s"]+:\d+, in )|(?:
 FRAME_LINES = 8  # lines above an exception searched for its frame: IPython prints up to 5 source lines per frame
 
 
+def _file_of(e: Evidence, files: list[LogFile]) -> LogFile | None:
+    """The log file an evidence line was read from."""
+    return next((f for f in files if f.node == e.node and f.rel == e.file), None)
+
+
 def _with_frame(e: Evidence, files: list[LogFile]) -> str:
     """An exception line read with the traceback's last frame above it (``File ".../transformers/..."``): where it
     was raised is part of what it means (a KeyError inside transformers' config mapping)."""
     if not _EXCEPTION.search(e.text.encode()):
         return e.text
-    f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+    f = _file_of(e, files)
     if f is None or e.at <= 0:
         return e.text
     at = e.at
@@ -576,7 +581,7 @@ def _exception_body(data: bytes, end: int) -> bytes:
 
 def _with_continuation(e: Evidence, files: list[LogFile]) -> Evidence:
     """An error line with the lines that carry on its message (a traceback's frame is no message: never continued)."""
-    f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+    f = _file_of(e, files)
     if f is None or e.at < 0 or 'File "' in e.text:
         return e
     end = _line_at(f.data, e.at)[1]
@@ -596,7 +601,7 @@ def _meaning_lines(first: list[Evidence], files: list[LogFile]) -> list[Evidence
     seen = {(e.node, e.file, e.at) for e in first}
     windows: set[tuple[str, str]] = set()  # one window per file, from its earliest first error
     for e in first:
-        f = next((f for f in files if f.node == e.node and f.rel == e.file), None)
+        f = _file_of(e, files)
         if f is None or e.at < 0 or (e.node, e.file) in windows:
             continue
         windows.add((e.node, e.file))

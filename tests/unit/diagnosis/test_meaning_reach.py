@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from k3lab.diagnosis import catalogue
-from k3lab.diagnosis.engine import FIRST_ERRORS, diagnose
+from k3lab.diagnosis.engine import FIRST_ERRORS, Diagnosis, diagnose
 from tests.unit.diagnosis.onelog import assert_clean, diagnose_text
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
@@ -42,10 +42,15 @@ def _line(name: str, part: str) -> str:
     return next(x for x in (CORPUS / name).read_text().splitlines() if part in x)
 
 
-def _likely(tmp_path: Path, cause_id: str, text: str) -> list[str]:
+def diagnose_without(tmp_path: Path, cause_id: str, text: str) -> Diagnosis:
+    """``text`` as one node's engine log, diagnosed with ``cause_id``'s own signatures and codes taken out."""
     (tmp_path / "n0").mkdir(parents=True)
-    (tmp_path / "n0" / "engine.log").write_text(text + "\n")
-    d = diagnose(tmp_path, cat=_without(cause_id))
+    (tmp_path / "n0" / "engine.log").write_text(text)
+    return diagnose(tmp_path, cat=_without(cause_id))
+
+
+def _likely(tmp_path: Path, cause_id: str, text: str) -> list[str]:
+    d = diagnose_without(tmp_path, cause_id, text + "\n")
     assert not d.findings and d.first_errors
     return [f.cause.id for f in d.likely]
 

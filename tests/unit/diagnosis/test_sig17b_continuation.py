@@ -10,17 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from k3lab.diagnosis.engine import diagnose
-from tests.unit.diagnosis.test_meaning_reach import _without
+from tests.unit.diagnosis.test_meaning_reach import diagnose_without
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
 
 
 def _likely(tmp_path: Path, cause: str, text: str) -> list[str]:
     """The causes the meaning layer names with ``cause``'s own signatures and codes taken out."""
-    (tmp_path / "n0").mkdir(parents=True)
-    (tmp_path / "n0" / "engine.log").write_text(text)
-    d = diagnose(tmp_path, cat=_without(cause))
+    d = diagnose_without(tmp_path, cause, text)
     assert not d.findings, [f.cause.id for f in d.findings]
     return [f.cause.id for f in d.likely]
 

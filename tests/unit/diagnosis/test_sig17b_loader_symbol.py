@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from k3lab.diagnosis import catalogue
-from k3lab.diagnosis.engine import diagnose
 from tests.unit.diagnosis.onelog import assert_clean, diagnose_text
-from tests.unit.diagnosis.test_meaning_reach import _without
+from tests.unit.diagnosis.test_meaning_reach import diagnose_without
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "triage_corpus"
 CAUSE = "driver-cann-mismatch"
@@ -19,9 +18,7 @@ CAUSE = "driver-cann-mismatch"
 
 def _likely(tmp_path: Path, text: str) -> list[str]:
     """The causes the meaning layer names with driver-cann-mismatch's own signatures taken out."""
-    (tmp_path / "n0").mkdir(parents=True)
-    (tmp_path / "n0" / "engine.log").write_text(text)
-    d = diagnose(tmp_path, cat=_without(CAUSE))
+    d = diagnose_without(tmp_path, CAUSE, text)
     assert not d.findings, [f.cause.id for f in d.findings]
     return [f.cause.id for f in d.likely]
 
